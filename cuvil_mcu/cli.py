@@ -1,0 +1,200 @@
+"""cuvil-mcu command line: gen | run | boards.
+
+User mistakes (CuvilError) print one line on stderr and exit non-zero; no
+traceback. Files are written only once everything succeeded, through a
+temporary name and an atomic rename, so a failed run leaves nothing behind.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import CuvilError, InputError
+
+
+def _write_atomic(files: dict[Path, str | bytes]) -> None:
+    """Write all files or none: each goes to a temp file in its folder first."""
+    staged = []
+    try:
+        for path, content in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            with os.fdopen(fd, "wb") as f:
+                f.write(content.encode() if isinstance(content, str) else content)
+            staged.append((tmp, path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def _compile(args):
+    from .compiler import compile_model
+    from .frontend import parse_input_shapes
+    return compile_model(args.model, board=args.board, name=args.name,
+                         input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner)
+
+
+def cmd_gen(args) -> int:
+    c = _compile(args)
+    out = Path(args.output)
+    files: dict[Path, str | bytes] = {out / f"{c.prefix}.h": c.header}
+    if args.plan_out:
+        files[Path(args.plan_out)] = c.plan.to_json()
+    _write_atomic(files)
+    print(f"{args.model} -> {out / (c.prefix + '.h')}  (board {c.board.id})")
+    print(c.summary())
+    if args.plan_out:
+        print(f"plan     {args.plan_out}")
+    return 0
+
+
+def load_inputs(path: str, c) -> tuple[list[np.ndarray], bool]:
+    """Arrays of shape (samples, *input_shape) per model input, and whether
+    the file had a samples axis (outputs are written the same way)."""
+    g = c.graph
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except Exception as e:
+        raise InputError(f"{path}: not a .npy/.npz file ({e})") from None
+    if isinstance(data, np.ndarray):
+        if len(g.inputs) != 1:
+            raise InputError(f"{path}: one array given, the model has {len(g.inputs)} inputs "
+                             f"{g.inputs}; use an .npz keyed by input name")
+        arrays = {g.inputs[0]: data}
+    else:
+        arrays = {k: data[k] for k in data.files}
+        missing = [n for n in g.inputs if n not in arrays]
+        if missing:
+            raise InputError(f"{path}: missing input(s) {missing}; it holds {sorted(arrays)}")
+    out, stacked, counts = [], None, set()
+    for name in g.inputs:
+        t = g.tensors[name]
+        x = arrays[name]
+        if tuple(x.shape) == t.shape:
+            x, st = x[None], False
+        elif x.ndim == len(t.shape) + 1 and tuple(x.shape[1:]) == t.shape:
+            st = True
+        else:
+            raise InputError(f"{path}: input '{name}' has shape {list(x.shape)}, the model expects "
+                             f"{list(t.shape)} (or [samples, {', '.join(map(str, t.shape))}])")
+        if x.dtype.name != t.dtype:
+            if t.dtype == "float32" and x.dtype == np.float64:
+                x = x.astype(np.float32)
+            else:
+                raise InputError(f"{path}: input '{name}' is {x.dtype}, the model expects {t.dtype}")
+        stacked = st if stacked is None else stacked
+        counts.add(x.shape[0])
+        out.append(np.ascontiguousarray(x))
+    if len(counts) > 1:
+        raise InputError(f"{path}: inputs hold different sample counts {sorted(counts)}")
+    return out, bool(stacked)
+
+
+def cmd_run(args) -> int:
+    from .sim import host
+    c = _compile(args)
+    inputs, stacked = load_inputs(args.input, c)
+    if c.board.id != "host" and c.board.sim:
+        from .errors import ToolError
+        raise ToolError(f"board '{c.board.id}' runs through the simulator, which this version does not have yet; "
+                        f"use --board host")
+    exe = host.build(c.header, c.prefix, [t.nbytes for t in map(c.graph.tensors.get, c.graph.inputs)],
+                     [t.nbytes for t in map(c.graph.tensors.get, c.graph.outputs)])
+    outs = host.run(exe, inputs, c.out_specs, inputs[0].shape[0])
+    if not stacked:
+        outs = [o[0] for o in outs]
+    if args.output:
+        dest = Path(args.output)
+        import io
+        buf = io.BytesIO()
+        if dest.suffix == ".npz" or len(outs) > 1:
+            np.savez(buf, **dict(zip(c.graph.outputs, outs)))
+        else:
+            np.save(buf, outs[0])
+        _write_atomic({dest: buf.getvalue()})
+    for name, o in zip(c.graph.outputs, outs):
+        flat = o.reshape(-1)
+        preview = ", ".join(f"{v:.6g}" if o.dtype.kind == "f" else str(v) for v in flat[:8])
+        print(f"{name}: {o.dtype}{list(o.shape)} [{preview}{', ...' if flat.size > 8 else ''}]")
+    if args.output:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_boards(args) -> int:
+    from . import boards
+    rows = []
+    for b in boards.all_boards().values():
+        isa = ",".join(k for k, v in sorted(b.isa.items()) if v) or "-"
+        ram = f"{b.ram // 1024} KB" if b.ram else "-"
+        flash = f"{b.flash // 1024} KB" if b.flash else "-"
+        sim = b.sim.get("qemu_machine", "") if b.sim else ""
+        rows.append((b.id, b.core, isa, ram, flash, sim, b.name))
+    head = ("board", "core", "isa", "RAM", "flash", "qemu", "name")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _common(p):
+    p.add_argument("model", help="the .onnx file")
+    p.add_argument("--board", default="host", help="board id (see `cuvil-mcu boards`); default host")
+    p.add_argument("--name", default="model", help="prefix of every symbol and the header's file name")
+    p.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                   help="fix an input's shape (dynamic dimensions); repeatable")
+    p.add_argument("--planner", default="auto",
+                   help="memory planner: auto (best of all), greedy_by_size, greedy_by_conflicts, "
+                        "linear_scan, hill_climb")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="cuvil-mcu", description="ONNX -> one header-only C file for microcontrollers")
+    ap.add_argument("--version", action="version", version=f"cuvil-mcu {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("gen", help="generate <name>.h")
+    _common(g)
+    g.add_argument("-o", "--output", default="out", help="output folder (default out/)")
+    g.add_argument("--plan-out", help="write the memory plan (offsets, lifetimes) as JSON")
+    g.set_defaults(fn=cmd_gen)
+    r = sub.add_parser("run", help="compile the generated C and run it on inputs")
+    _common(r)
+    r.add_argument("--input", "-i", required=True, help=".npy (one input; samples may be stacked on a new "
+                                                         "leading axis) or .npz keyed by input name")
+    r.add_argument("-o", "--output", help="where to save outputs (.npy, or .npz for several)")
+    r.set_defaults(fn=cmd_run)
+    b = sub.add_parser("boards", help="list the boards")
+    b.set_defaults(fn=cmd_boards)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except CuvilError as e:
+        print(f"cuvil-mcu: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug in cuvil-mcu, not a user mistake
+        if os.environ.get("CUVIL_DEBUG"):
+            raise
+        print(f"cuvil-mcu: internal error: {type(e).__name__}: {e} "
+              f"(please report it; CUVIL_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""IR + plan -> one header-only C file.
+
+Python decides everything (offsets, loop bounds, constants); templates only
+loop and print. Each node's op emits calls through an `Emitter`: `k.call(
+"conv2d_f32", [args])` renders `templates/kernels/conv2d_f32.c.j2` once as a
+static function `<prefix>__conv2d_f32` and adds the call to the run function.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from .. import ops
+from ..ir import C_TYPES, Graph, Tensor
+from ..planner import ALIGN, Plan
+from .carray import c_array, c_float
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def template_dir() -> Path:
+    here = Path(__file__).resolve().parent.parent
+    for cand in (here.parent / "templates", here / "_templates"):
+        if (cand / "model.h.j2").exists():
+            return cand
+    raise FileNotFoundError("cuvil-mcu templates not found (broken install?)")
+
+
+_ENV: jinja2.Environment | None = None
+
+
+def env() -> jinja2.Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(template_dir())),
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+            autoescape=False,
+        )
+        _ENV.filters["c_array"] = c_array
+        _ENV.filters["c_float"] = c_float
+    return _ENV
+
+
+@dataclass
+class Const:
+    symbol: str
+    ctype: str
+    data: np.ndarray
+    comment: str
+
+
+@dataclass
+class Emitter:
+    """What an op's `emit` talks to."""
+
+    prefix: str
+    graph: Graph
+    plan: Plan
+    kernels: dict[str, str] = field(default_factory=dict)   # function name -> C
+    consts: dict[str, Const] = field(default_factory=dict)  # symbol -> const
+    body: list[str] = field(default_factory=list)
+    _const_by_key: dict = field(default_factory=dict)
+    node = None
+
+    # --- pointers -----------------------------------------------------------
+    def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
+        """C expression for tensor t's data: a const array for constants, else
+        its planned place in the arena."""
+        t = self.graph.tensors[t] if isinstance(t, str) else t
+        ctype = ctype or t.ctype
+        if t.is_const:
+            return self.const(t.data, name=t.name)
+        off = self.plan.tensor_offset[t.name]
+        return f"({ctype} *)(a + {off}u)"
+
+    def scratch(self, ctype: str = "unsigned char") -> str:
+        off = self.plan.scratch_offset[self.node.name]
+        return f"({ctype} *)(a + {off}u)"
+
+    def const(self, data: np.ndarray, name: str = "c", ctype: str | None = None) -> str:
+        """A const array in flash holding `data`; identical arrays are stored once."""
+        data = np.ascontiguousarray(data)
+        if data.dtype == np.bool_:
+            data = data.astype(np.uint8)
+        ctype = ctype or C_TYPES[data.dtype.name]
+        key = (ctype, data.dtype.str, data.shape, hashlib.sha256(data.tobytes()).hexdigest())
+        if key in self._const_by_key:
+            return self._const_by_key[key]
+        base = re.sub(r"[^A-Za-z0-9_]", "_", name)[:40].strip("_") or "c"
+        symbol = f"{self.prefix}__w{len(self.consts)}_{base}"
+        self.consts[symbol] = Const(symbol, ctype, data, f"{name} {data.dtype.name}{list(data.shape)}")
+        self._const_by_key[key] = symbol
+        return symbol
+
+    # --- literals ----------------------------------------------------------
+    @staticmethod
+    def f32(x: float) -> str:
+        return c_float(x)
+
+    # --- kernels -----------------------------------------------------------
+    def kernel(self, template: str, variant: dict | None = None) -> str:
+        """Render kernels/<template>.c.j2 once (per variant); return the
+        function name. A variant dict is passed to the template and its
+        'name' key suffixes the function name."""
+        fname = f"{self.prefix}__{template}"
+        if variant and variant.get("name"):
+            fname += "_" + variant["name"]
+        if fname not in self.kernels:
+            tpl = env().get_template(f"kernels/{template}.c.j2")
+            self.kernels[fname] = tpl.render(p=self.prefix, fn=fname, v=variant or {}).rstrip() + "\n"
+        return fname
+
+    def call(self, template: str, args: list, variant: dict | None = None) -> None:
+        fname = self.kernel(template, variant)
+        self.line(f"{fname}({', '.join(str(a) for a in args)});")
+
+    def line(self, code: str) -> None:
+        self.body.append(code)
+
+
+def act_bounds(node) -> tuple[str, str]:
+    """C literals for the fused clamp of node (float domain)."""
+    if node.act is None:
+        return "-FLT_MAX", "FLT_MAX"
+    lo, hi = node.act
+    return c_float(lo, clamp_inf=True), c_float(hi, clamp_inf=True)
+
+
+def io_info(g: Graph, plan: Plan, names: list[str]) -> list[dict]:
+    out = []
+    for i, name in enumerate(names):
+        t = g.tensors[name]
+        out.append({
+            "index": i, "name": name, "shape": list(t.shape), "rank": len(t.shape),
+            "size": t.size, "bytes": t.nbytes, "dtype": t.dtype, "ctype": t.ctype,
+            "offset": plan.tensor_offset[name],
+            "quant": t.quant,
+        })
+    return out
+
+
+@dataclass
+class Rendered:
+    text: str
+    weights_bytes: int           # bytes of const arrays in the header
+    kernels: list[str]           # function names of the kernels emitted
+
+
+def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
+           summary: dict | None = None) -> Rendered:
+    """The header. Deterministic: no time, path or command line in it."""
+    k = Emitter(prefix, g, plan)
+    for i, n in enumerate(g.nodes):
+        op = ops.get(n.op_type)
+        ins = [g.tensors[t] if t else None for t in n.inputs]
+        outs = [g.tensors[t] for t in n.outputs if t]
+        shapes = ", ".join(f"{list(t.shape)}" for t in outs)
+        fused = f" + {', '.join(n.fused)}" if n.fused else ""
+        k.line(f"/* {i}: {n.op_type} '{_comment_safe(n.name)}'{_comment_safe(fused)} -> {shapes} */")
+        k.node = n
+        if op.view:
+            k.line("/* view: no code */")
+            continue
+        op.emit(n, ins, outs, k)
+    # Outputs that are constants are copied into the arena on each run.
+    for name in g.outputs:
+        t = g.tensors[name]
+        if t.is_const:
+            k.line(f"memcpy(a + {plan.tensor_offset[name]}u, {k.const(t.data, name)}, {t.nbytes}u);")
+    P = prefix.upper()
+    ctx = {
+        "p": prefix, "P": P,
+        "inputs": io_info(g, plan, g.inputs),
+        "outputs": io_info(g, plan, g.outputs),
+        "arena_size": max(plan.arena_size, 1),
+        "arena_align": ALIGN,
+        "consts": list(k.consts.values()),
+        "kernels": list(k.kernels.values()),
+        "body": k.body,
+        "source": _comment_safe(source),
+        "board": board,
+        "summary": summary or {},
+        "plan": plan,
+        "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
+    }
+    text = env().get_template("model.h.j2").render(**ctx)
+    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels))
+
+
+def _comment_safe(s: str) -> str:
+    return s.replace("*/", "* /").replace("/*", "/ *").replace("\n", " ")

@@ -1,0 +1,90 @@
+"""The whole compile, top to bottom: load -> passes -> plan -> render -> budget.
+
+`compile_model` is what `cuvil-mcu gen`/`run`, the ONNX backend and the tests
+call; it writes nothing to disk.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import onnx
+
+from . import boards, codegen, frontend, ops, passes, planner
+from .errors import CuvilError
+from .ir import Graph
+
+
+@dataclass
+class Compiled:
+    graph: Graph
+    plan: planner.Plan
+    header: str
+    prefix: str
+    board: boards.Board
+    macs: int
+    weights_bytes: int
+    op_counts: Counter
+    budget_lines: list[str] = field(default_factory=list)
+
+    @property
+    def in_specs(self):
+        return [(self.graph.tensors[n].shape, self.graph.tensors[n].dtype) for n in self.graph.inputs]
+
+    @property
+    def out_specs(self):
+        return [(self.graph.tensors[n].shape, self.graph.tensors[n].dtype) for n in self.graph.outputs]
+
+    def summary(self) -> str:
+        g, p = self.graph, self.plan
+        ops_txt = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(self.op_counts.items()))
+        fused = sum(len(n.fused) for n in g.nodes)
+        lines = [
+            f"ops      {len(g.nodes)} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
+            f"MACs     {self.macs:,}",
+            f"flash    {self.weights_bytes:,} B of constants",
+            f"RAM      arena {p.arena_size:,} B (planner {p.algorithm}; lower bound {p.lower_bound:,} B)",
+        ]
+        for t in g.inputs:
+            lines.append(f"input    {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
+        for t in g.outputs:
+            lines.append(f"output   {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
+        lines += [f"budget   {b}" for b in self.budget_lines] or [f"budget   {self.board.id}: no RAM/flash limit"]
+        if self.budget_lines:
+            lines.append(f"fits     {self.board.id}")
+        lines += [f"note     {n}" for n in g.notes]
+        return "\n".join(lines)
+
+
+def check_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name.endswith("_"):
+        raise CuvilError(f"--name '{name}' must be a C identifier: a letter, then letters, digits or "
+                         f"single underscores (it prefixes every symbol, e.g. {name}_run)")
+    return name.lower()
+
+
+def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str = "model",
+                  input_shapes: dict | None = None, algorithm: str = "auto",
+                  verify_each: bool = False) -> Compiled:
+    prefix = check_name(name)
+    b = boards.get(board)
+    if isinstance(model, onnx.ModelProto):
+        g = frontend.onnx_loader.from_model(model, input_shapes)
+        source = model.graph.name or "model"
+    else:
+        g = frontend.load(model, input_shapes)
+        source = str(model).replace("\\", "/").rsplit("/", 1)[-1]
+    g = passes.optimize(g, verify_each=verify_each)
+    plan = planner.plan(g, algorithm)
+    macs = 0
+    counts: Counter = Counter()
+    for n in g.nodes:
+        op = ops.get(n.op_type)
+        ins = [g.tensors[i] if i else None for i in n.inputs]
+        outs = [g.tensors[o] for o in n.outputs if o]
+        macs += op.macs(n, ins, outs)
+        counts[n.op_type] += 1
+    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs})
+    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
+    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget)

@@ -1,0 +1,48 @@
+"""Typed errors. Each is a user-facing problem: the CLI prints its message on
+one line and exits with a non-zero status, without a traceback."""
+
+
+class CuvilError(Exception):
+    """Base of every error the CLI reports as a user mistake."""
+
+    exit_code = 2
+
+
+class ModelLoadError(CuvilError):
+    """The file is missing, not ONNX, truncated or invalid."""
+
+
+class UnsupportedOpError(CuvilError):
+    """One or more nodes use an op (or an attribute value) we cannot compile."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        n = len(problems)
+        head = "unsupported op" if n == 1 else f"{n} unsupported ops"
+        super().__init__(f"{head}: " + "; ".join(problems))
+
+
+class ShapeError(CuvilError):
+    """Shapes do not line up, or a shape is not static."""
+
+
+class GraphError(CuvilError):
+    """The graph breaks an IR invariant (a bug in a pass, or a malformed model)."""
+
+
+class BoardError(CuvilError):
+    """Unknown board or malformed board file."""
+
+
+class BudgetError(CuvilError):
+    """The model does not fit the board's RAM or flash."""
+
+    exit_code = 3
+
+
+class InputError(CuvilError):
+    """An input file (.npy/.npz) does not match the model."""
+
+
+class ToolError(CuvilError):
+    """A required external tool (compiler, simulator) is missing or failed."""

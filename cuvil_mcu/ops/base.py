@@ -1,0 +1,127 @@
+"""What one op (or a family of ops) provides to the compiler.
+
+A subclass of `Op` decorated with `@register("OnnxType", ...)` gives:
+
+- `infer(node, ins)`     -> list of (shape, dtype) per output (shape rule)
+- `reference(node, ins, *arrays)` -> list of numpy outputs (the oracle;
+                            float32 and bit-exact integer). `ins` are the
+                            input Tensors (shapes, dtypes, constant data).
+- `macs(node, ins, outs)` -> multiply-accumulates per inference
+- `scratch(node, ins, outs)` -> bytes of kernel scratch taken from the arena
+- `emit(node, ins, outs, k)` -> C for the node through the Emitter `k`
+                            (`k.call(kernel_template, args)`)
+
+Class flags tell the passes and the planner what the op allows:
+- `view`: output 0 is input 0 reinterpreted (Reshape & co.): no code, same bytes.
+- `inplace`: output 0 may take input 0's bytes when input 0 dies here and has
+  the same size (element-wise ops).
+- `shape_only`: output depends only on input shapes (Shape, Size): always folded.
+- `fuses_act`: the kernel applies `node.act` (a fused clamp) itself.
+
+Ops are collected automatically: every module in `cuvil_mcu.ops` is imported
+by `cuvil_mcu.ops.registry()`; adding an op touches its module, its kernel
+template and its tests.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedOpError
+from ..ir import Node, Tensor
+
+_REGISTRY: dict[str, "Op"] = {}
+
+
+def register(*op_types: str):
+    def deco(cls):
+        inst = cls()
+        inst.types = op_types
+        for t in op_types:
+            if t in _REGISTRY:
+                raise RuntimeError(f"op {t} registered twice")
+            _REGISTRY[t] = inst
+        return cls
+
+    return deco
+
+
+class Op:
+    types: tuple[str, ...] = ()
+    view = False
+    inplace = False
+    shape_only = False
+    fuses_act = False
+
+    def infer(self, node: Node, ins: list[Tensor | None]) -> list[tuple[tuple[int, ...], str]]:
+        raise NotImplementedError
+
+    def reference(self, node: Node, ins: list[Tensor | None], *arrays: np.ndarray) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def macs(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]) -> int:
+        return 0
+
+    def scratch(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]) -> int:
+        return 0
+
+    def emit(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], k) -> None:
+        raise NotImplementedError
+
+    def check(self, node: Node, ins: list[Tensor | None]) -> None:
+        """Raise UnsupportedOpError (via `unsupported`) for attribute values or
+        dtypes this op cannot compile. Called before `infer`."""
+
+
+def unsupported(node: Node, why: str) -> UnsupportedOpError:
+    return UnsupportedOpError([f"node '{node.name}' ({node.op_type}): {why}"])
+
+
+def shape_error(node: Node, why: str) -> ShapeError:
+    return ShapeError(f"node '{node.name}' ({node.op_type}): {why}")
+
+
+def require_float(node: Node, ins: list[Tensor | None], *idx: int) -> None:
+    for i in idx or range(len(ins)):
+        t = ins[i] if i < len(ins) else None
+        if t is not None and t.dtype != "float32":
+            raise unsupported(node, f"input {i} '{t.name}' is {t.dtype}; this op runs on float32")
+
+
+def const_ints(node: Node, t: Tensor | None, what: str) -> list[int] | None:
+    """Integer list held by a constant input (e.g. Reshape's shape); None when
+    the input is absent; an error when it is present but not constant."""
+    if t is None:
+        return None
+    if not t.is_const:
+        raise unsupported(node, f"{what} '{t.name}' must be a constant (computed at run time here)")
+    return [int(v) for v in np.asarray(t.data).reshape(-1)]
+
+
+def const_float(node: Node, t: Tensor | None, what: str, default: float) -> float:
+    if t is None:
+        return default
+    if not t.is_const:
+        raise unsupported(node, f"{what} '{t.name}' must be a constant")
+    return float(np.asarray(t.data).reshape(-1)[0])
+
+
+def norm_axis(node: Node, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise shape_error(node, f"axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def apply_act(y: np.ndarray, act: tuple[float, float] | None) -> np.ndarray:
+    """The fused clamp, as the kernels apply it (after everything else)."""
+    if act is None:
+        return y
+    lo, hi = act
+    return np.minimum(np.maximum(y, np.float32(lo)), np.float32(hi)).astype(y.dtype)
+
+
+def broadcast_shape(node: Node, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise shape_error(node, "shapes " + " and ".join(str(list(s)) for s in shapes)
+                          + " do not broadcast") from None

@@ -1,0 +1,31 @@
+"""Graph -> graph passes, in the order they run.
+
+Each pass is a module with `run(graph) -> graph`. `optimize` runs them top to
+bottom; with verify=True (the tests) the IR verifier runs after each one.
+"""
+from __future__ import annotations
+
+from ..ir import Graph, verify
+from . import (cancel_transposes, dead_nodes, fold_batchnorm, fold_constants, fuse_activation,
+               fuse_pad)
+
+PIPELINE = [
+    fold_constants,      # evaluate nodes whose inputs are all constant
+    dead_nodes,          # drop what no output depends on
+    fold_batchnorm,      # BatchNormalization into the Conv/Gemm/MatMul before it
+    fold_constants,      # the folded weights are constant again
+    fuse_pad,            # constant Pad into the Conv/Pool that reads it
+    cancel_transposes,   # Transpose pairs that undo each other
+    fuse_activation,     # Relu/Clip into the producing kernel
+    dead_nodes,
+]
+
+
+def optimize(g: Graph, verify_each: bool = False) -> Graph:
+    if verify_each:
+        verify(g)
+    for p in PIPELINE:
+        g = p.run(g)
+        if verify_each:
+            verify(g)
+    return g

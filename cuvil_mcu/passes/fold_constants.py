@@ -1,0 +1,29 @@
+"""Evaluate every node whose inputs are all constant, with its numpy
+reference, and drop it: its outputs become constants in flash."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ops
+from ..ir import Graph
+
+
+def run(g: Graph) -> Graph:
+    keep = []
+    for n in g.nodes:
+        op = ops.get(n.op_type)
+        ins = [g.tensors[i] if i else None for i in n.inputs]
+        outs = [g.tensors[o] for o in n.outputs if o]
+        if not all(t.is_const for t in outs):
+            if op.shape_only or all(t is None or t.is_const for t in ins):
+                values = op.reference(n, ins, *[t.data if t is not None else None for t in ins])
+                for t, v in zip([o for o in n.outputs], values):
+                    if t:
+                        g.tensors[t].data = np.ascontiguousarray(np.asarray(v).astype(g.tensors[t].dtype))
+            else:
+                keep.append(n)
+                continue
+        # all outputs constant: the node is not needed at run time
+    g.nodes = keep
+    g.prune_tensors()
+    return g

@@ -1,0 +1,104 @@
+"""Offset-assignment algorithms over (size, first, last) records.
+
+Each is a pure function records -> offsets (same order). All place buffers
+one at a time at the lowest offset that does not collide with an already
+placed buffer whose lifetime overlaps ("first fit"); they differ in the order
+they place buffers in. Sizes are already rounded to the alignment, so every
+offset stays aligned.
+"""
+from __future__ import annotations
+
+import random
+
+Record = tuple[int, int, int]  # size, first step, last step (inclusive)
+
+
+def overlaps(a: Record, b: Record) -> bool:
+    return a[1] <= b[2] and b[1] <= a[2]
+
+
+def lower_bound(records: list[Record]) -> int:
+    """Max over steps of the bytes that must be live at once: no plan can do
+    better (without splitting buffers)."""
+    if not records:
+        return 0
+    steps = sorted({r[1] for r in records} | {r[2] for r in records})
+    return max(sum(r[0] for r in records if r[1] <= s <= r[2]) for s in steps)
+
+
+def _first_fit(records: list[Record], order: list[int]) -> list[int]:
+    offsets = [0] * len(records)
+    placed: list[int] = []
+    for i in order:
+        size = records[i][0]
+        if size == 0:
+            continue
+        busy = sorted((offsets[j], offsets[j] + records[j][0]) for j in placed if overlaps(records[i], records[j]))
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, hi)
+        offsets[i] = off
+        placed.append(i)
+    return offsets
+
+
+def _extent(records, offsets) -> int:
+    return max((o + r[0] for r, o in zip(records, offsets)), default=0)
+
+
+def greedy_by_size(records: list[Record]) -> list[int]:
+    """Largest first (TFLM's GreedyMemoryPlanner, TVM's greedy_by_size)."""
+    order = sorted(range(len(records)), key=lambda i: (-records[i][0], records[i][1], i))
+    return _first_fit(records, order)
+
+
+def greedy_by_conflicts(records: list[Record]) -> list[int]:
+    """Most-constrained first: buffers overlapping the most bytes of others."""
+    def pressure(i):
+        return sum(r[0] for j, r in enumerate(records) if j != i and overlaps(records[i], r))
+    order = sorted(range(len(records)), key=lambda i: (-pressure(i), -records[i][0], i))
+    return _first_fit(records, order)
+
+
+def linear_scan(records: list[Record]) -> list[int]:
+    """In order of first use (what a naive allocator does); a baseline."""
+    order = sorted(range(len(records)), key=lambda i: (records[i][1], -records[i][0], i))
+    return _first_fit(records, order)
+
+
+def hill_climb(records: list[Record], iterations: int = 400, seed: int = 0) -> list[int]:
+    """Start from greedy_by_size's order and swap pairs while the arena does
+    not grow (TVM USMP's hill_climb idea). Seeded: the same input gives the
+    same plan. Stops early once the lower bound is reached."""
+    n = len(records)
+    order = sorted(range(n), key=lambda i: (-records[i][0], records[i][1], i))
+    best = _first_fit(records, order)
+    best_size = _extent(records, best)
+    bound = lower_bound(records)
+    if n < 2 or best_size <= bound:
+        return best
+    rng = random.Random(seed)
+    for _ in range(iterations if n <= 300 else iterations // 4):
+        a, b = rng.randrange(n), rng.randrange(n)
+        if a == b:
+            continue
+        order[a], order[b] = order[b], order[a]
+        offs = _first_fit(records, order)
+        size = _extent(records, offs)
+        if size <= best_size:
+            best, best_size = offs, size
+            if size <= bound:
+                break
+        else:
+            order[a], order[b] = order[b], order[a]
+    return best
+
+
+ALGORITHMS = {
+    "greedy_by_size": greedy_by_size,
+    "greedy_by_conflicts": greedy_by_conflicts,
+    "linear_scan": linear_scan,
+    "hill_climb": hill_climb,
+}

@@ -1,0 +1,1 @@
+"""Run generated code: on the host (sim.host) and on emulated cores."""
