@@ -148,6 +148,16 @@ def cmd_boards(args) -> int:
     return 0
 
 
+def cmd_ops(args) -> int:
+    from . import ops
+    families: dict[str, list[str]] = {}
+    for t, op in sorted(ops.registry().items()):
+        families.setdefault(type(op).__module__.rsplit(".", 1)[-1], []).append(t)
+    for fam, types in sorted(families.items()):
+        print(f"{fam:14s} {', '.join(types)}")
+    return 0
+
+
 def _common(p):
     p.add_argument("model", help="the .onnx file")
     p.add_argument("--board", default="host", help="board id (see `cuvil-mcu boards`); default host")
@@ -176,6 +186,8 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
     b = sub.add_parser("boards", help="list the boards")
     b.set_defaults(fn=cmd_boards)
+    o = sub.add_parser("ops", help="list the supported ONNX ops by family")
+    o.set_defaults(fn=cmd_ops)
     return ap
 
 

@@ -1,0 +1,33 @@
+# cuvil-mcu: `make demo` and `make test` set up everything they need on a
+# fresh Debian 12 machine (as root: apt toolchains + the Python package), then
+# run. Setup is idempotent: it installs only what is missing.
+
+PYTHON ?= python3
+APT_PKGS := gcc g++ clang make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
+DEMO_MODEL := examples/kws_float.onnx
+DEMO_OUT := build/demo
+
+.PHONY: setup demo test clean
+
+setup:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip python3-venv; }
+	@$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]' 2>/dev/null || \
+	  $(PYTHON) -m pip install -q --disable-pip-version-check --break-system-packages -e '.[test]'
+
+demo: setup
+	cuvil-mcu boards
+	cuvil-mcu gen $(DEMO_MODEL) --board nucleo-f746zg -o $(DEMO_OUT) --plan-out $(DEMO_OUT)/plan.json
+	cc -std=c99 -O2 -Wall -Wextra -Werror -pedantic -I$(DEMO_OUT) firmware_examples/host/main.c -o $(DEMO_OUT)/kws_demo -lm
+	$(DEMO_OUT)/kws_demo
+	$(PYTHON) examples/check_demo.py $(DEMO_MODEL) examples/kws_input.npy
+
+test: setup
+	$(PYTHON) -m pytest -n 2 -q -p no:cacheprovider tests
+
+clean:
+	rm -rf build out
