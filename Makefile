@@ -3,7 +3,7 @@
 # run. Setup is idempotent: it installs only what is missing.
 
 PYTHON ?= python3
-APT_PKGS := gcc g++ clang make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
+APT_PKGS := gcc g++ clang libclang-rt-14-dev make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
 DEMO_MODEL := examples/kws_float.onnx
 DEMO_OUT := build/demo
 

@@ -19,15 +19,27 @@ from .errors import CuvilError, InputError
 
 
 def _write_atomic(files: dict[Path, str | bytes]) -> None:
-    """Write all files or none: each goes to a temp file in its folder first."""
+    """Write all files or none: each goes to a temp file in its folder first,
+    and the renames happen only once every file is staged."""
     staged = []
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         for path, content in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            if path.is_dir():
+                raise CuvilError(f"cannot write {path}: it is a directory")
+            blocker = next((d for d in path.parents if d.exists() and not d.is_dir()), None)
+            if blocker is not None:
+                raise CuvilError(f"cannot write {path}: {blocker} is a file, not a folder")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            except OSError as e:
+                raise CuvilError(f"cannot write {path}: {e.strerror or e} ({e.filename or path.parent})") from None
+            staged.append((tmp, path))
             with os.fdopen(fd, "wb") as f:
                 f.write(content.encode() if isinstance(content, str) else content)
-            staged.append((tmp, path))
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a generated file should have
         for tmp, path in staged:
             os.replace(tmp, path)
     finally:

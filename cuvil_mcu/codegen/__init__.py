@@ -18,7 +18,7 @@ import numpy as np
 from .. import ops
 from ..ir import C_TYPES, Graph, Tensor
 from ..planner import ALIGN, Plan
-from .carray import c_array, c_float
+from .carray import c_array, c_comment, c_float, c_string
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -47,6 +47,8 @@ def env() -> jinja2.Environment:
         )
         _ENV.filters["c_array"] = c_array
         _ENV.filters["c_float"] = c_float
+        _ENV.filters["c_string"] = c_string
+        _ENV.filters["c_comment"] = c_comment
     return _ENV
 
 
@@ -197,4 +199,4 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
 
 
 def _comment_safe(s: str) -> str:
-    return s.replace("*/", "* /").replace("/*", "/ *").replace("\n", " ")
+    return c_comment(s)

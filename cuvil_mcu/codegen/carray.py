@@ -23,6 +23,32 @@ def c_float(x, clamp_inf: bool = False) -> str:
     return s + "f"
 
 
+def c_string(s: str) -> str:
+    """Body of a C string literal holding s (UTF-8): quotes, backslashes and
+    '?' (trigraphs under -std=c99) escaped; control and non-ASCII bytes as
+    three-digit octal escapes, so no following character can extend them."""
+    out = []
+    for b in str(s).encode("utf-8"):
+        ch = chr(b)
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif 0x20 <= b < 0x7F:
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return "".join(out)
+
+
+def c_comment(s: str) -> str:
+    """s made safe inside a /* */ comment: no comment delimiters, no line
+    breaks or control characters, no trigraphs (gcc -Wcomment/-Wtrigraphs)."""
+    s = "".join(c if c.isprintable() else " " for c in str(s))
+    s = s.replace("*/", "* /").replace("/*", "/ *")
+    while "??" in s:
+        s = s.replace("??", "? ?")
+    return s
+
+
 def _int_lit(v: int, bits: int) -> str:
     if bits == 64:
         if v == -(2 ** 63):

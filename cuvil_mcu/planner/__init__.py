@@ -45,6 +45,8 @@ class Plan:
     scratch_offset: dict[str, int]     # node name -> scratch offset
     scratch_size: dict[str, int]
     tried: dict[str, int] = field(default_factory=dict)  # algorithm -> arena size
+    tensor_life: dict[str, tuple[int, int]] = field(default_factory=dict)  # tensor -> (first, last) step
+    tensor_bytes: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -58,7 +60,18 @@ class Plan:
                  "first": b.first, "last": b.last, "tensors": b.members}
                 for b in sorted(self.buffers, key=lambda b: (self.offsets[b.name], b.first))
             ],
+            # Every run-time tensor: where it lives and from which step (-1:
+            # before the first node) to which it must stay intact.
+            "tensors": [
+                {"name": t, "offset": self.tensor_offset[t], "bytes": self.tensor_bytes.get(t),
+                 "buffer": self._buffer_of(t),
+                 "first": self.tensor_life.get(t, (None, None))[0], "last": self.tensor_life.get(t, (None, None))[1]}
+                for t in sorted(self.tensor_offset, key=lambda t: (self.tensor_offset[t], t))
+            ],
         }, indent=1) + "\n"
+
+    def _buffer_of(self, tensor: str) -> str | None:
+        return next((b.name for b in self.buffers if tensor in b.members), None)
 
     def ascii(self, width: int = 64) -> str:
         """TFLM-style picture: one row per step, one column per arena slice."""
@@ -146,6 +159,28 @@ def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
     return bufs, root, scratch
 
 
+def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
+    """(first, last) step of every run-time tensor: produced at `first` (-1:
+    a graph input, or a constant output copied in), read up to `last`
+    (len(nodes) for graph outputs, which stay live after the run)."""
+    life: dict[str, list[int]] = {}
+    for name in g.inputs:
+        life[name] = [-1, -1]
+    for name in g.outputs:
+        if g.tensors[name].is_const:
+            life[name] = [-1, -1]
+    for i, n in enumerate(g.nodes):
+        for t in n.inputs:
+            if t in life:
+                life[t][1] = max(life[t][1], i)
+        for o in n.outputs:
+            if o:
+                life[o] = [i, i]
+    for name in g.outputs:
+        life[name][1] = len(g.nodes)
+    return {t: (a, b) for t, (a, b) in life.items()}
+
+
 def _inplace_root(g, n, i, root, last_read, outputs) -> str | None:
     """The buffer output 0 of node n may reuse: an input of the same size and
     dtype whose buffer nobody reads after step i, that is not a graph input
@@ -190,6 +225,8 @@ def plan(g: Graph, algorithm: str = "auto") -> Plan:
         scratch_offset={node: offsets[f"scratch:{node}"] for node in scratch},
         scratch_size=scratch,
         tried=sizes,
+        tensor_life=lifetimes(g),
+        tensor_bytes={t: g.tensors[t].nbytes for t in root},
     )
 
 
@@ -197,4 +234,4 @@ def _extent(records, offsets) -> int:
     return max((off + size for (size, _, _), off in zip(records, offsets)), default=0)
 
 
-__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lower_bound", "overlaps", "plan"]
+__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lifetimes", "lower_bound", "overlaps", "plan"]
