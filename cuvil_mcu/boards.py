@@ -38,13 +38,14 @@ class Board:
     zephyr_board: str | None = None
     platformio_board: str | None = None
     vendor: str = ""
+    requant: str = "fixed"   # default requantization of int8 ops on this board
 
     def has(self, feature: str) -> bool:
         return bool(self.isa.get(feature, False))
 
 
 _FIELDS = {"id", "name", "core", "isa", "cflags", "ram", "flash", "clock_hz", "stack_reserve", "sim",
-           "renode", "zephyr_board", "platformio_board", "vendor"}
+           "renode", "zephyr_board", "platformio_board", "vendor", "requant"}
 
 
 def _load(path: Path) -> Board:

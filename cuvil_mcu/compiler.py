@@ -66,7 +66,7 @@ def check_name(name: str) -> str:
 
 def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str = "model",
                   input_shapes: dict | None = None, algorithm: str = "auto",
-                  verify_each: bool = False) -> Compiled:
+                  verify_each: bool = False, requant: str | None = None) -> Compiled:
     prefix = check_name(name)
     b = boards.get(board)
     if isinstance(model, onnx.ModelProto):
@@ -75,6 +75,10 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     else:
         g = frontend.load(model, input_shapes)
         source = str(model).replace("\\", "/").rsplit("/", 1)[-1]
+    requant = requant or b.requant
+    if requant not in ("fixed", "float"):
+        raise CuvilError(f"--requant '{requant}': choose fixed (integer multiplier + shift) or float (float32 scale)")
+    g.requant = requant
     g = passes.optimize(g, verify_each=verify_each)
     plan = planner.plan(g, algorithm)
     macs = 0

@@ -80,6 +80,10 @@ class Node:
     act: tuple[float, float] | None = None
     # Names of the nodes folded into this one (for reports).
     fused: list[str] = field(default_factory=list)
+    # Version of the default ONNX domain the node was loaded under (ops whose
+    # semantics changed between opsets, e.g. Softmax at 13); None: unknown,
+    # ops then assume the newest.
+    opset: int | None = None
 
     def attr(self, key, default=None):
         return self.attrs.get(key, default)
@@ -100,6 +104,9 @@ class Graph:
     # Things the user should know (assumptions made while loading, ops left
     # unfused); printed in gen's summary.
     notes: list[str] = field(default_factory=list)
+    # Requantization of integer ops: "fixed" (integer multiplier + shift, TFLM
+    # arithmetic) or "float" (float32 scale, onnxruntime's arithmetic).
+    requant: str = "fixed"
 
     def t(self, name: str) -> Tensor:
         return self.tensors[name]
@@ -118,7 +125,7 @@ class Graph:
     def add_const(self, base: str, data: np.ndarray) -> str:
         """Add a constant tensor under a fresh name derived from base."""
         name = self.fresh_name(base)
-        data = np.ascontiguousarray(data)
+        data = np.asarray(data, order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
         self.tensors[name] = Tensor(name, tuple(data.shape), data.dtype.name, data)
         return name
 

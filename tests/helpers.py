@@ -28,12 +28,23 @@ def make_model(nodes, inputs: dict, outputs: list, inits: dict | None = None, op
     inferred = onnx.shape_inference.infer_shapes(m)
     known = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
     del m.graph.output[:]
+    fallback = []
     for n in outputs:
         vi = known.get(n)
         if vi is not None and vi.type.tensor_type.elem_type:
             m.graph.output.append(vi)
         else:
+            fallback.append(n)
             m.graph.output.append(helper.make_tensor_value_info(n, NP2ONNX[out_dtype], None))
+    if fallback:
+        # ONNX could not infer these outputs (and the checker wants a shape):
+        # give them their rank with symbolic dimensions, from our frontend.
+        from cuvil_mcu.frontend.onnx_loader import from_model
+        g = from_model(m)
+        for vi in m.graph.output:
+            if vi.name in fallback:
+                vi.CopyFrom(helper.make_tensor_value_info(
+                    vi.name, NP2ONNX[g.tensors[vi.name].dtype], [f"d{i}" for i in range(len(g.tensors[vi.name].shape))]))
     onnx.checker.check_model(m)
     return m
 
@@ -53,15 +64,20 @@ def run_c(model, feeds: dict, **kw) -> list[np.ndarray]:
 
 
 def run_ref(model, feeds: dict, **kw) -> list[np.ndarray]:
+    """The numpy reference on the compiled (optimized) graph; kw as compile_model
+    (e.g. requant="float")."""
     c = compile_model(model, **kw)
     out = reference.run(c.graph, feeds)
     return [out[n] for n in c.graph.outputs]
 
 
-def run_ort(model, feeds: dict) -> list[np.ndarray]:
+def run_ort(model, feeds: dict, optimize: bool = False) -> list[np.ndarray]:
+    """onnxruntime on the original model. optimize=True keeps ORT's graph
+    optimizations (QDQ -> fused QLinear kernels), as its users run it."""
     import onnxruntime as ort
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return s.run(None, feeds)
 
@@ -89,3 +105,39 @@ def check_op(model, feeds: dict, rel_c: float = 1e-5, rel_ort: float = 1e-5):
         assert_close(r, o, rel_ort, f"output {i}: reference vs onnxruntime")
         assert_close(c, r, rel_c, f"output {i}: generated C vs reference")
     return ref, c_out
+
+
+# Compilers x flags the generated C must build with, warning-free; the last
+# entry runs under the sanitizers. (cc, extra flags)
+STRICT_BUILDS = [
+    ("gcc", ["-std=c99"]),
+    ("gcc", ["-std=c11"]),
+    ("clang", ["-std=c99"]),
+    ("g++", ["-x", "c++"]),
+    ("clang++", ["-x", "c++"]),
+    ("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]),
+]
+STRICT_WARNINGS = ["-O1", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+
+
+def check_strict_builds(model, feeds: dict, rel: float = 1e-5):
+    """Build the generated C with every compiler of STRICT_BUILDS that is
+    installed (-Werror), run it, and compare each run with the reference.
+    Returns the (cc, flags) that were skipped because the compiler is absent."""
+    import shutil
+
+    c = compile_model(model)
+    g = c.graph
+    ref = reference.run(g, feeds)
+    ins = [np.asarray(feeds[n], dtype=g.tensors[n].dtype)[None] for n in g.inputs]
+    skipped = []
+    for cc, flags in STRICT_BUILDS:
+        if shutil.which(cc) is None:
+            skipped.append((cc, flags))
+            continue
+        exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                         [g.tensors[n].nbytes for n in g.outputs], cc=cc, cflags=STRICT_WARNINGS + flags)
+        outs = host.run(exe, ins, c.out_specs, 1)
+        for name, o in zip(g.outputs, outs):
+            assert_close(o[0], ref[name], rel, f"{cc} {' '.join(flags)}: output '{name}' vs reference")
+    return skipped

@@ -34,7 +34,10 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
             m = re.fullmatch(r"([^=]+)=(\d+(?:\s*[,x]\s*\d+)*)", part)
             if not m:
                 raise ShapeError(f"--input-shape '{part}' is not of the form name=1,3,32,32")
-            out[m.group(1).strip()] = tuple(int(d) for d in re.split(r"\s*[,x]\s*", m.group(2)))
+            dims = tuple(int(d) for d in re.split(r"\s*[,x]\s*", m.group(2)))
+            if 0 in dims:
+                raise ShapeError(f"--input-shape '{part}': every dimension must be at least 1")
+            out[m.group(1).strip()] = dims
     return out
 
 
@@ -98,12 +101,16 @@ def from_model(model: onnx.ModelProto, input_shapes=None, source: str = "model")
     notes: list[str] = []
 
     for init in og.initializer:
-        data = np.ascontiguousarray(numpy_helper.to_array(init))
+        data = np.asarray(numpy_helper.to_array(init), order="C")  # keeps 0-d scalars 0-d
         tensors[init.name] = Tensor(init.name, tuple(data.shape), data.dtype.name, data)
     for sinit in og.sparse_initializer:
         raise ModelLoadError(f"{source}: sparse initializer '{sinit.values.name}' is not supported")
 
     # Graph inputs (those that are not initializers, as older IR versions list both).
+    unknown = sorted(set(input_shapes) - {vi.name for vi in og.input if vi.name not in tensors})
+    if unknown:
+        raise ShapeError(f"--input-shape names unknown input(s) {unknown}; the model's inputs are "
+                         f"{[vi.name for vi in og.input if vi.name not in tensors]}")
     inputs = []
     for vi in og.input:
         if vi.name in tensors:
@@ -113,6 +120,10 @@ def from_model(model: onnx.ModelProto, input_shapes=None, source: str = "model")
             raise ModelLoadError(f"{source}: input '{vi.name}' is not a tensor")
         dtype = _elem_dtype(tt.elem_type, f"input '{vi.name}'")
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        zero = [i for i, d in enumerate(dims) if isinstance(d, int) and d == 0 and tt.shape.dim[i].HasField("dim_value")]
+        if zero:
+            raise ShapeError(f"input '{vi.name}': dimension {zero[0]} is 0 (an empty tensor); "
+                             f"empty inputs are not supported")
         if vi.name in input_shapes:
             shape = input_shapes.pop(vi.name)
             if tt.HasField("shape") and len(shape) != len(dims):
@@ -157,7 +168,8 @@ def from_model(model: onnx.ModelProto, input_shapes=None, source: str = "model")
         names.add(name)
         if key not in reg:
             missing.append(f"node '{name}' ({key})")
-        nodes.append(Node(name, key, list(pn.input), list(pn.output), _attrs(pn)))
+        nodes.append(Node(name, key, list(pn.input), list(pn.output), _attrs(pn),
+                          opset=opset if pn.domain in DEFAULT_DOMAINS else None))
     if missing:
         raise UnsupportedOpError(missing)
 
@@ -207,7 +219,7 @@ def _infer(g: Graph) -> None:
             shape, dtype = outs[j]
             t = Tensor(o, tuple(int(d) for d in shape), dtype)
             if values is not None:
-                v = np.ascontiguousarray(np.asarray(values[j]).astype(dtype, copy=False))
+                v = np.asarray(np.asarray(values[j]).astype(dtype, copy=False), order="C")
                 if tuple(v.shape) != t.shape:
                     raise ShapeError(f"node '{n.name}' ({n.op_type}): output {j} evaluates to shape "
                                      f"{list(v.shape)}, inferred {list(t.shape)}")

@@ -67,6 +67,10 @@ class Op:
     def emit(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], k) -> None:
         raise NotImplementedError
 
+    def can_inplace(self, node: Node) -> bool:
+        """Whether this node may write output 0 over an input (see `inplace`)."""
+        return self.inplace
+
     def check(self, node: Node, ins: list[Tensor | None]) -> None:
         """Raise UnsupportedOpError (via `unsupported`) for attribute values or
         dtypes this op cannot compile. Called before `infer`."""

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .base import Op, apply_act, broadcast_shape, const_float, register, require_float, unsupported
+from .base import Op, apply_act, broadcast_shape, const_float, register, require_float, shape_error, unsupported
 
 MAX_DIMS = 6
 
@@ -41,8 +41,10 @@ def _hard_sigmoid(x, a, b):
 UNARY = {
     "Relu": (lambda x, p0, p1: np.maximum(x, np.float32(0)), "v < 0.0f ? 0.0f : v"),
     "LeakyRelu": (lambda x, p0, p1: np.where(x >= 0, x, x * np.float32(p0)), "v >= 0.0f ? v : v * p0"),
+    # min(max(v, lo), hi) as ONNX and numpy define it: hi wins when lo > hi,
+    # NaN stays NaN.
     "Clip": (lambda x, p0, p1: np.minimum(np.maximum(x, np.float32(p0)), np.float32(p1)),
-             "(v < p0) ? p0 : ((v > p1) ? p1 : v)"),
+             "((v < p0 ? p0 : v) > p1) ? p1 : (v < p0 ? p0 : v)"),
     "Sigmoid": (lambda x, p0, p1: (np.float32(1) / (np.float32(1) + np.exp(-x))), "1.0f / (1.0f + expf(-v))"),
     "Tanh": (lambda x, p0, p1: np.tanh(x), "tanhf(v)"),
     "HardSigmoid": (lambda x, p0, p1: _hard_sigmoid(x, p0, p1), "fmaxf(0.0f, fminf(1.0f, v * p0 + p1))"),
@@ -90,6 +92,9 @@ class Binary(Op):
     inplace = True
     fuses_act = True
 
+    def can_inplace(self, node):
+        return len(node.inputs) == 2  # a variadic chain reads its inputs after the first write
+
     def check(self, node, ins):
         if node.op_type == "Pow" and _pow_exponent(ins) is not None:
             require_float(node, ins, 0)
@@ -99,9 +104,17 @@ class Binary(Op):
         require_float(node, ins, 0, 1)
 
     def infer(self, node, ins):
-        return [(broadcast_shape(node, ins[0].shape, ins[1].shape), ins[0].dtype)]
+        if len(ins) != 2 and node.op_type not in ("Max", "Min"):
+            raise shape_error(node, f"takes 2 inputs, has {len(ins)}")
+        return [(broadcast_shape(node, *[t.shape for t in ins]), ins[0].dtype)]
 
-    def reference(self, node, ins, a, b):
+    def reference(self, node, ins, a, *rest):
+        if len(rest) != 1:  # variadic Max/Min: fold pairwise (1 input: a copy)
+            y = np.asarray(a)
+            for b in rest:
+                y = BINARY[node.op_type][0](y, b)
+            return [apply_act(np.broadcast_to(y, self.infer(node, ins)[0][0]).astype(np.asarray(a).dtype), node.act)]
+        b = rest[0]
         if node.op_type == "Pow" and np.issubdtype(np.asarray(a).dtype, np.floating):
             y = np.power(a, np.asarray(b, dtype=np.asarray(a).dtype))
         elif node.op_type == "Div" and np.issubdtype(np.asarray(a).dtype, np.integer):
@@ -121,12 +134,21 @@ class Binary(Op):
             fn = k.kernel("unary_f32", {"name": name, "expr": expr})
             k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])}, {outs[0].size}, {k.f32(e)}, 0.0f);")
             return
-        shape, sa, sb = broadcast_strides(ins[0].shape, ins[1].shape)
         fn = k.kernel("binary_f32", {"name": node.op_type.lower(), "expr": BINARY[node.op_type][1]})
-        dims = k.const(np.array(shape, np.int32), "bcast_shape")
-        stra = k.const(np.array(sa, np.int32), "bcast_stride")
-        strb = k.const(np.array(sb, np.int32), "bcast_stride")
-        k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])}, {k.ptr(ins[1])}, {dims}, {stra}, {strb}, {lo}, {hi});")
+        # Variadic Max/Min: y = op(x0, x0) broadcast to the output, then
+        # y = op(y, xi) in place; only the last step applies the fused clamp.
+        if len(ins) == 2:
+            steps = [(ins[0], ins[1])]
+        else:
+            steps = [(ins[0], ins[0])] + [(outs[0], t) for t in ins[1:]]
+        for j, (a, b) in enumerate(steps):
+            last = j == len(steps) - 1
+            shape, sa, sb = broadcast_strides(a.shape, b.shape, outs[0].shape)
+            dims = k.const(np.array(shape, np.int32), "bcast_shape")
+            stra = k.const(np.array(sa, np.int32), "bcast_stride")
+            strb = k.const(np.array(sb, np.int32), "bcast_stride")
+            k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(a)}, {k.ptr(b)}, {dims}, {stra}, {strb}, "
+                   f"{lo if last else '-FLT_MAX'}, {hi if last else 'FLT_MAX'});")
 
 
 @register("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
@@ -165,10 +187,11 @@ class Unary(Op):
                f"{k.f32(p1) if abs(p1) < 3e38 else ('-FLT_MAX' if p1 < 0 else 'FLT_MAX')});")
 
 
-def broadcast_strides(a: tuple[int, ...], b: tuple[int, ...]):
-    """Output shape and element strides of a and b (0 where broadcast),
-    with mergeable neighbouring dimensions merged, padded to MAX_DIMS."""
-    out = tuple(np.broadcast_shapes(a, b))
+def broadcast_strides(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...] | None = None):
+    """Output shape and element strides of a and b (0 where broadcast) over
+    the output shape `out` (default: a and b broadcast), with mergeable
+    neighbouring dimensions merged, padded to MAX_DIMS."""
+    out = tuple(np.broadcast_shapes(a, b, *([out] if out is not None else [])))
     r = len(out)
     a = (1,) * (r - len(a)) + tuple(a)
     b = (1,) * (r - len(b)) + tuple(b)

@@ -116,6 +116,14 @@ class Dropout(View):
     def check(self, node, ins):
         if len(node.outputs) > 1 and node.outputs[1]:
             raise unsupported(node, "the mask output is not supported (it is all ones at inference)")
+        training = ins[2] if len(ins) > 2 else None
+        if training is not None:
+            if not training.is_const:
+                raise unsupported(node, "training_mode computed at run time (inference only)")
+            ratio = float(np.asarray(ins[1].data).reshape(-1)[0]) if len(ins) > 1 and ins[1] is not None \
+                and ins[1].is_const else 0.5
+            if bool(np.asarray(training.data).reshape(-1)[0]) and ratio > 0:
+                raise unsupported(node, "training_mode=True drops values at random; only inference is compiled")
 
     def infer(self, node, ins):
         return [(ins[0].shape, ins[0].dtype)]

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from ..ir import Graph, verify
 from . import (cancel_transposes, dead_nodes, fold_batchnorm, fold_constants, fuse_activation,
-               fuse_pad)
+               fuse_pad, layout, qdq, stamp_requant)
 
 PIPELINE = [
+    qdq,                 # DequantizeLinear -> op -> QuantizeLinear into integer ops
     fold_constants,      # evaluate nodes whose inputs are all constant
     dead_nodes,          # drop what no output depends on
     fold_batchnorm,      # BatchNormalization into the Conv/Gemm/MatMul before it
@@ -17,7 +18,9 @@ PIPELINE = [
     fuse_pad,            # constant Pad into the Conv/Pool that reads it
     cancel_transposes,   # Transpose pairs that undo each other
     fuse_activation,     # Relu/Clip into the producing kernel
+    layout,              # integer spatial ops to NHWC, transposes cancelled
     dead_nodes,
+    stamp_requant,       # integer ops record the graph's requantization mode
 ]
 
 

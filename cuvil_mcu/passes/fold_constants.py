@@ -19,7 +19,7 @@ def run(g: Graph) -> Graph:
                 values = op.reference(n, ins, *[t.data if t is not None else None for t in ins])
                 for t, v in zip([o for o in n.outputs], values):
                     if t:
-                        g.tensors[t].data = np.ascontiguousarray(np.asarray(v).astype(g.tensors[t].dtype))
+                        g.tensors[t].data = np.asarray(np.asarray(v).astype(g.tensors[t].dtype), order="C")
             else:
                 keep.append(n)
                 continue

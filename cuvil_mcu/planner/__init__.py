@@ -137,7 +137,7 @@ def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
             r = None
             if j == 0 and op.view and ins and ins[0] is not None and not ins[0].is_const:
                 r = root[ins[0].name]
-            elif j == 0 and op.inplace:
+            elif j == 0 and op.can_inplace(n):
                 r = _inplace_root(g, n, i, root, last_read, outputs)
             root[o] = r if r is not None else o
             live(root[o], i)
