@@ -2,7 +2,11 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(__file__))
+# Test the checkout these tests live in (also in subprocesses), whatever
+# copy of cuvil_mcu pip installed last.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(__file__), ROOT]
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 # Compiled test binaries are cached per session run, not across runs.
 os.environ.setdefault("CUVIL_CACHE", tempfile.mkdtemp(prefix="cuvil-test-cache-"))
 
