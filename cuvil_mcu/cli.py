@@ -52,7 +52,8 @@ def _compile(args):
     from .compiler import compile_model
     from .frontend import parse_input_shapes
     return compile_model(args.model, board=args.board, name=args.name,
-                         input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner)
+                         input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
+                         requant=args.requant)
 
 
 def cmd_gen(args) -> int:
@@ -179,6 +180,9 @@ def _common(p):
     p.add_argument("--planner", default="auto",
                    help="memory planner: auto (best of all), greedy_by_size, greedy_by_conflicts, "
                         "linear_scan, hill_climb")
+    p.add_argument("--requant", choices=("fixed", "float"),
+                   help="int8 requantization: fixed (integer multiplier + shift, TFLM arithmetic, no FPU "
+                        "needed) or float (float32 scale, onnxruntime's arithmetic); default: the board's")
 
 
 def parser() -> argparse.ArgumentParser:
