@@ -156,6 +156,24 @@ def _bias(name: str, ctx: _Ctx, in_scale: np.ndarray, w_scale: np.ndarray, chann
     return ctx.g.add_const(f"{name}_q", np.clip(q, -2 ** 31, 2 ** 31 - 1).astype(np.int32))
 
 
+def _fc_bias_add(n: Node, ctx: _Ctx) -> Node | None:
+    """tf2onnx's FULLY_CONNECTED: MatMul -> Add(constant bias) -> [Relu] -> Q.
+    The Add when it is the MatMul's only reader and its other operand is a
+    constant (or DQ of one) broadcasting over the output columns."""
+    out = n.outputs[0]
+    users = ctx.cons.get(out, [])
+    if out in ctx.g.outputs or len(users) != 1 or users[0].op_type != "Add":
+        return None
+    add = users[0]
+    other = add.inputs[1] if add.inputs[0] == out else add.inputs[0]
+    d = ctx.dq(other)
+    src = d.inputs[0] if d is not None else other
+    t = ctx.g.tensors[src]
+    if not t.is_const or len(t.shape) > 2 or (len(t.shape) == 2 and t.shape[0] != 1):
+        return None
+    return add
+
+
 def _replace(n: Node, new: list[Node], qs: list[Node], absorbed: list[Node], ctx: _Ctx) -> None:
     """new[-1] writes qs[0]'s output; other Q outputs are renamed to it."""
     out = qs[0].outputs[0]
@@ -179,10 +197,13 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         allow_act = False
     else:
         return False
-    found = _output_q(n, ctx, allow_act)
+    bias_add = _fc_bias_add(n, ctx) if t == "MatMul" else None
+    found = _output_q(bias_add or n, ctx, allow_act)
     if found is None:
         return False
     act, qs, absorbed = found
+    if bias_add is not None:
+        absorbed = [bias_add] + absorbed
     q = qs[0]
     y_s, y_zp = q.input(1), _zp_name(q, ctx)
     out = q.outputs[0]
@@ -233,12 +254,19 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         # 2-D A it is a fully-connected layer (QGemm), bias from a following Add.
         if g.tensors[bq.inputs[0]].shape and len(g.tensors[bq.inputs[0]].shape) == 2 and bconst and \
                 len(g.tensors[a.inputs[0]].shape) == 2:
+            cname = ""
+            if bias_add is not None:
+                other = bias_add.inputs[1] if bias_add.inputs[0] == n.outputs[0] else bias_add.inputs[0]
+                ncols = g.tensors[bq.inputs[0]].shape[1]
+                cname = _bias(other, ctx, ctx.const(a.input(1)).reshape(-1)[0], bs, ncols)
+                if cname is None:
+                    return False
             node = Node(n.name, "com.microsoft.QGemm",
                         [a.inputs[0], a.input(1), _zp_name(a, ctx), bq.inputs[0], bq.input(1), _zp_name(bq, ctx),
-                         "", y_s, y_zp], [out], {}, act, [f"{x.op_type} '{x.name}'" for x in absorbed])
+                         cname, y_s, y_zp], [out], {}, act, [f"{x.op_type} '{x.name}'" for x in absorbed])
             _replace(n, [node], qs, absorbed, ctx)
             return True
-        if bs.size != 1:
+        if bs.size != 1 or bias_add is not None:
             return False
         node = Node(n.name, "QLinearMatMul",
                     [a.inputs[0], a.input(1), _zp_name(a, ctx), bq.inputs[0], bq.input(1), _zp_name(bq, ctx),
