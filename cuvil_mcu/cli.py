@@ -53,7 +53,8 @@ def _compile(args):
     from .frontend import parse_input_shapes
     return compile_model(args.model, board=args.board, name=args.name,
                          input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
-                         requant=args.requant)
+                         requant=args.requant, quantize=args.quantize, calibration=args.calibration,
+                         calibrate=args.calibrate, percentile=args.percentile, io=args.io)
 
 
 def cmd_gen(args) -> int:
@@ -62,9 +63,17 @@ def cmd_gen(args) -> int:
     files: dict[Path, str | bytes] = {out / f"{c.prefix}.h": c.header}
     if args.plan_out:
         files[Path(args.plan_out)] = c.plan.to_json()
+        if c.calibration is not None:
+            import json
+            plan = json.loads(files[Path(args.plan_out)])
+            plan["calibration"] = c.calibration
+            files[Path(args.plan_out)] = json.dumps(plan, indent=1) + "\n"
     _write_atomic(files)
     print(f"{args.model} -> {out / (c.prefix + '.h')}  (board {c.board.id})")
     print(c.summary())
+    if c.calibration is not None:
+        from .ptq import summary_line
+        print(summary_line(c.calibration))
     if args.plan_out:
         print(f"plan     {args.plan_out}")
     return 0
@@ -180,9 +189,21 @@ def _common(p):
     p.add_argument("--planner", default="auto",
                    help="memory planner: auto (best of all), greedy_by_size, greedy_by_conflicts, "
                         "linear_scan, hill_climb")
+    p.add_argument("--io", default="model", choices=("model", "int8"),
+                   help="model: inputs/outputs keep the ONNX model's types (default); int8: a quantized "
+                        "model's float inputs/outputs are exposed as their int8 tensors")
     p.add_argument("--requant", choices=("fixed", "float"),
                    help="int8 requantization: fixed (integer multiplier + shift, TFLM arithmetic, no FPU "
                         "needed) or float (float32 scale, onnxruntime's arithmetic); default: the board's")
+    p.add_argument("--quantize", choices=("int8",),
+                   help="post-training quantization of a float model (needs --calibration)")
+    p.add_argument("--calibration", metavar="FILE.npz",
+                   help="sample inputs for --quantize: .npz keyed by input name, arrays [samples, ...]")
+    p.add_argument("--calibrate", choices=("minmax", "percentile", "entropy"), default="minmax",
+                   help="how activation ranges come from the samples: minmax (default), percentile "
+                        "(clip |x| at --percentile), entropy (KL-divergence threshold)")
+    p.add_argument("--percentile", type=float, default=99.99,
+                   help="percentile of |x| kept by --calibrate percentile (default 99.99)")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -27,6 +27,8 @@ class Compiled:
     weights_bytes: int
     op_counts: Counter
     budget_lines: list[str] = field(default_factory=list)
+    # --quantize int8: tensor -> {min, max, scale, zero_point, method, ...} (ptq.py)
+    calibration: dict | None = None
 
     @property
     def in_specs(self):
@@ -57,6 +59,31 @@ class Compiled:
         return "\n".join(lines)
 
 
+def _check_nodes(g: Graph) -> None:
+    """Nodes created by passes get the same validation as loaded ones."""
+    for n in g.nodes:
+        ops.get(n.op_type).check(n, [g.tensors[i] if i else None for i in n.inputs])
+
+
+INTEGER_DTYPES = ("int8", "uint8")
+EDGE_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _note_mixed_precision(g: Graph) -> None:
+    """In a quantized model, list the compute ops that still run in float
+    (between a DequantizeLinear and a QuantizeLinear)."""
+    quantized = any(g.tensors[o].dtype in INTEGER_DTYPES for n in g.nodes for o in n.outputs if o)
+    if not quantized:
+        return
+    float_ops = [n for n in g.nodes if n.op_type not in EDGE_OPS and not ops.get(n.op_type).view
+                 and any(g.tensors[o].dtype == "float32" for o in n.outputs if o)]
+    if float_ops:
+        names = ", ".join(f"{n.op_type} '{n.name}'" for n in float_ops[:12])
+        more = f" and {len(float_ops) - 12} more" if len(float_ops) > 12 else ""
+        g.notes.append(f"mixed precision: {len(float_ops)} op(s) run in float between dequantize/quantize: "
+                       f"{names}{more}")
+
+
 def check_name(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name.endswith("_"):
         raise CuvilError(f"--name '{name}' must be a C identifier: a letter, then letters, digits or "
@@ -66,7 +93,9 @@ def check_name(name: str) -> str:
 
 def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str = "model",
                   input_shapes: dict | None = None, algorithm: str = "auto",
-                  verify_each: bool = False, requant: str | None = None) -> Compiled:
+                  verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
+                  calibration: str | dict | None = None, calibrate: str = "minmax",
+                  percentile: float = 99.99, io: str = "model") -> Compiled:
     prefix = check_name(name)
     b = boards.get(board)
     if isinstance(model, onnx.ModelProto):
@@ -80,6 +109,17 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         raise CuvilError(f"--requant '{requant}': choose fixed (integer multiplier + shift) or float (float32 scale)")
     g.requant = requant
     g = passes.optimize(g, verify_each=verify_each)
+    calib = None
+    if quantize is not None or calibration is not None:
+        from . import ptq
+        g, calib = ptq.quantize_graph(g, quantize, calibration, calibrate, percentile, verify_each)
+    if io == "int8":
+        from .passes import dead_nodes, io_int8
+        g = dead_nodes.run(io_int8.run(g))
+    elif io != "model":
+        raise CuvilError(f"--io '{io}': choose model (the ONNX model's own I/O types) or int8")
+    _check_nodes(g)
+    _note_mixed_precision(g)
     plan = planner.plan(g, algorithm)
     macs = 0
     counts: Counter = Counter()
@@ -91,4 +131,4 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs})
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
-    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget)
+    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)

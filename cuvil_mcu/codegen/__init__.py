@@ -147,6 +147,10 @@ def io_info(g: Graph, plan: Plan, names: list[str]) -> list[dict]:
             "offset": plan.tensor_offset[name],
             "quant": t.quant,
         })
+        if t.quant is not None:
+            qd = t.dtype if t.dtype in ("int8", "uint8") else t.quant.zero_point.dtype.name
+            qd = qd if qd in ("int8", "uint8") else "uint8"
+            out[-1].update(qctype=C_TYPES[qd], qmin=-128 if qd == "int8" else 0, qmax=127 if qd == "int8" else 255)
     return out
 
 

@@ -308,8 +308,8 @@ class QGemm(Op):
         b_s, b_zp = quant.qparams(node, ins[4], ins[5], "B", channels=n)
         zero_point_dtype(node, ins[5], "B", b.dtype)
         if b_zp.size > 1 and b.dtype == "int8" and np.any(b_zp != 0):
-            raise unsupported(node, f"mixed zero points on per-channel weights: B zero point '{ins[5].name}' is "
-                                    f"{b_zp[:8].tolist()}; per-column int8 B must have zero points 0")
+            raise unsupported(node, f"non-zero zero points on per-column int8 B: B zero point '{ins[5].name}' is "
+                                    f"{b_zp[:8].tolist()}; per-column int8 B must be symmetric")
         if b_zp.size not in (1, n):
             raise unsupported(node, f"B zero point '{ins[5].name}' has {b_zp.size} values; expected 1 or {n}")
         b_zp = np.broadcast_to(b_zp, (n,)).astype(np.int64)

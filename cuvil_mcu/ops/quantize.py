@@ -53,6 +53,7 @@ def _qdtype(node, ins) -> str:
 class QuantizeLinear(Op):
     def check(self, node, ins):
         if all(t is None or t.is_const for t in ins):
+            _params(node, ins, ins[0].shape)  # bad scales are an error even when folded
             return
         if ins[0].dtype != "float32":
             raise unsupported(node, f"input is {ins[0].dtype}, expected float32")
@@ -83,6 +84,7 @@ class QuantizeLinear(Op):
 class DequantizeLinear(Op):
     def check(self, node, ins):
         if all(t is None or t.is_const for t in ins):
+            _params(node, ins, ins[0].shape)  # bad scales are an error even when folded
             return
         if ins[0].dtype not in ("int8", "uint8", "int32"):
             raise unsupported(node, f"dequantizing {ins[0].dtype} (int8, uint8, int32 are supported)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..ir import Graph, verify
 from . import (cancel_transposes, dead_nodes, fold_batchnorm, fold_constants, fuse_activation,
-               fuse_pad, layout, qdq, stamp_requant)
+               fuse_pad, io_quant, layout, qdq, stamp_requant)
 
 PIPELINE = [
     qdq,                 # DequantizeLinear -> op -> QuantizeLinear into integer ops
@@ -21,6 +21,7 @@ PIPELINE = [
     layout,              # integer spatial ops to NHWC, transposes cancelled
     dead_nodes,
     stamp_requant,       # integer ops record the graph's requantization mode
+    io_quant,            # scale / zero point of the inputs and outputs, for the header
 ]
 
 

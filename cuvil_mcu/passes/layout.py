@@ -113,7 +113,14 @@ def _sink(g: Graph) -> bool:
     cons = g.consumers()
     for n in g.nodes:
         idx = ELEMENTWISE.get(n.op_type)
+        if n.op_type == "com.microsoft.QLinearConcat":
+            idx = tuple(range(2, len(n.inputs), 3))
+        elif n.op_type == "Concat":
+            idx = tuple(range(len(n.inputs)))
         if idx is None or n.outputs[0] in g.outputs:
+            continue
+        concat = "Concat" in n.op_type
+        if concat and any(g.tensors[n.inputs[i]].is_const for i in idx):
             continue
         ts = [prod.get(n.inputs[i]) for i in idx if i < len(n.inputs)]
         if not ts or any(t is None or t.op_type != "Transpose" for t in ts):
@@ -122,16 +129,20 @@ def _sink(g: Graph) -> bool:
         if len(perms) != 1 or () in perms:
             continue
         shapes = {g.tensors[t.inputs[0]].shape for t in ts}
-        if len(shapes) != 1:
+        if len(shapes) != 1 and not concat:
             continue
         # the other inputs must be per-tensor scalars (scales, zero points)
-        if any(i not in idx and n.inputs[i] and g.tensors[n.inputs[i]].size != 1 for i in range(len(n.inputs))):
+        if not concat and any(i not in idx and n.inputs[i] and g.tensors[n.inputs[i]].size != 1 for i in range(len(n.inputs))):
             continue
         # a transpose read by others stays for them; only sink when this is its only reader
         if any(len(cons.get(t.outputs[0], [])) != 1 for t in ts):
             continue
         perm = list(perms.pop())
         inv = list(np.argsort(perm))
+        if concat:  # the axis, in the coordinates of the transposes' inputs
+            rank = len(perm)
+            axis = int(n.attrs.get("axis", 0))
+            n.attrs["axis"] = int(perm[axis + rank if axis < 0 else axis])
         for i, t in zip(idx, ts):
             n.inputs[i] = t.inputs[0]
             t.op_type = "_dead"

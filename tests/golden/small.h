@@ -31,6 +31,7 @@
 #ifndef MODEL_H_INCLUDED
 #define MODEL_H_INCLUDED
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -33,6 +33,7 @@
 #ifndef VWW_H_INCLUDED
 #define VWW_H_INCLUDED
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -1,0 +1,250 @@
+"""Integer convolutions: QLinearConv (ONNX, and com.microsoft's channels_last
+form) and ConvInteger (int32 output). 1-D and 2-D, groups (depthwise with
+any channel multiplier), strides, dilations, pads and auto_pad, optional
+int32 bias, per-tensor or per-channel weight scales, int8 or uint8
+activations.
+
+Numerics (INT8 conventions, as TFLM): acc = bias + sum w * (x - x_zp) in
+int32 over the taps inside the input (a padding tap behaves as x == x_zp:
+it adds 0), then requantization per output channel, + y_zp, fused clamp,
+saturation.
+
+Layout: `_channels_last` = 1 (what passes/layout.py produces) means x and y
+are NHWC (1-D: NWC); the kernels are written for it. Weights are rearranged
+here so the inner loop of the general kernel runs over contiguous input
+channels ([M][kH][kW][C/group]); the depthwise kernel reads [kH][kW][C*mult]
+(output channels innermost, TFLM's layout). NCHW (channels_last 0) runs on
+the same kernels through element strides. Weights are stored with their zero
+point subtracted (int8 when the values fit, else int16).
+
+Where the whole kernel window lies inside the input (the interior, see
+ops/conv.py), the input offset is folded into the bias at compile time:
+sum w * (x - x_zp) = sum w * x - x_zp * sum w, so the interior inner loop is
+a plain sum of products; border outputs add the offset per tap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import Op, register, shape_error, unsupported
+from .conv import ConvGeometry, _border_tables, conv_geometry
+from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
+                    make_requant, offset_range, offset_weights, scalar_qparams, weight_qparams, zero_points)
+
+# Order of the integers at the head of the int8 conv kernels' `geo` array (the
+# border tables follow at rt_at and ct_at).
+QCONV_FIELDS = ("nb", "groups", "cg", "mg", "oh_n", "ow_n", "kh_n", "kw_n", "sh", "sw", "pt", "pl",
+                "oha", "ohb", "owa", "owb", "rt_at", "ct_at", "sxb", "sxh", "sxw", "sxc",
+                "syb", "syh", "syw", "syc", "row_step", "col_step", "xoff", "yzp", "lo", "hi")
+
+
+def channels_last(node) -> int:
+    return int(node.attrs.get("_channels_last", node.attrs.get("channels_last", 0)))
+
+
+def _to_nchw(shape) -> tuple[int, ...]:
+    return (shape[0], shape[-1]) + tuple(shape[1:-1])
+
+
+def _from_nchw(shape) -> tuple[int, ...]:
+    return (shape[0],) + tuple(shape[2:]) + (shape[1],)
+
+
+def qconv_geometry(node, x_shape, w_shape) -> ConvGeometry:
+    if channels_last(node):
+        if len(x_shape) < 3:
+            raise shape_error(node, f"input {list(x_shape)} must be N x spatial x C (rank 3 or 4)")
+        x_shape = _to_nchw(x_shape)
+    return conv_geometry(node, x_shape, w_shape)
+
+
+def conv_int(x: np.ndarray, w: np.ndarray, geo: ConvGeometry) -> np.ndarray:
+    """Integer convolution (int64, exact) of NCHW x (offset already
+    subtracted, so zero padding = a tap at x == x_zp) with w [M, C/g, kH, kW]."""
+    xd = np.asarray(x, np.int64).reshape(geo.n, geo.c, *geo.hw)
+    wd = np.asarray(w, np.int64).reshape(geo.m, geo.cg, *geo.k)
+    (pt, pl), (pb, pr) = geo.pad_begin, geo.pad_end
+    xp = np.pad(xd, [(0, 0), (0, 0), (pt, pb), (pl, pr)])
+    oh, ow = geo.out_hw
+    (sh, sw), (dh, dw) = geo.strides, geo.dilations
+    y = np.zeros((geo.n, geo.m, oh, ow), np.int64)
+    for g in range(geo.group):
+        xg = xp[:, g * geo.cg:(g + 1) * geo.cg]
+        wg = wd[g * geo.mg:(g + 1) * geo.mg]
+        for i in range(geo.k[0]):
+            for j in range(geo.k[1]):
+                win = xg[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                y[:, g * geo.mg:(g + 1) * geo.mg] += np.einsum("nchw,mc->nmhw", win, wg[:, :, i, j])
+    return y
+
+
+@dataclass
+class _QConv:
+    geo: ConvGeometry
+    cl: int
+    x_zp: int
+    w_zp: np.ndarray          # int64 [M]
+    bias: np.ndarray | None   # int64 [M]
+    rq: Requant
+
+
+class _QConvBase(Op):
+    X, W = 0, 1
+
+    def _params(self, node, ins) -> _QConv:
+        raise NotImplementedError
+
+    def check(self, node, ins):
+        x, w = (ins[i] if i < len(ins) else None for i in (self.X, self.W))
+        if x is None or w is None:
+            raise shape_error(node, "missing input x or w")
+        if all(t is None or t.is_const for t in ins):
+            return
+        if x.dtype not in INT8_TYPES:
+            raise unsupported(node, f"input '{x.name}' is {x.dtype}; expected int8 or uint8")
+        if w.dtype not in INT8_TYPES:
+            raise unsupported(node, f"weight '{w.name}' is {w.dtype}; expected int8 or uint8")
+        if not w.is_const:
+            raise unsupported(node, f"weight '{w.name}' is computed at run time; weights must be constant")
+        if len(w.shape) < 3:
+            raise shape_error(node, f"weight {list(w.shape)} must be M x C/group x kernel")
+        self._params(node, ins)
+
+    def _out_dtype(self, node, ins) -> str:
+        return "int32"
+
+    def infer(self, node, ins):
+        geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
+        out = geo.out_shape
+        return [(_from_nchw(out) if channels_last(node) else out, self._out_dtype(node, ins))]
+
+    def reference(self, node, ins, *arrays):
+        p = self._params(node, ins)
+        x = np.asarray(arrays[self.X], np.int64)
+        if p.cl:
+            x = np.moveaxis(x, -1, 1)
+        w = np.asarray(arrays[self.W], np.int64) - p.w_zp.reshape((-1,) + (1,) * (x.ndim - 1))
+        acc = conv_int(x - p.x_zp, w, p.geo)
+        if p.bias is not None:
+            acc = acc + p.bias.reshape(1, -1, 1, 1)
+        y = p.rq.apply(acc, (1, -1, 1, 1)).reshape(p.geo.out_shape)
+        return [np.moveaxis(y, 1, -1) if p.cl else y]
+
+    def macs(self, node, ins, outs):
+        geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
+        return geo.n * geo.m * geo.out_hw[0] * geo.out_hw[1] * geo.cg * geo.k[0] * geo.k[1]
+
+    def emit(self, node, ins, outs, k):
+        x, w = ins[self.X], ins[self.W]
+        p = self._params(node, ins)
+        geo = p.geo
+        if outs[0].size == 0:
+            return
+        (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+        (sh, sw), (dh, dw) = geo.strides, geo.dilations
+        (pt, pl) = geo.pad_begin
+        depthwise = geo.cg == 1 and geo.group > 1
+        # weights - w_zp, arranged for the kernel
+        wq = offset_weights(np.asarray(w.data).reshape(geo.m, geo.cg, kh, kw), p.w_zp, 0)
+        wk = wq[:, 0].transpose(1, 2, 0) if depthwise else wq.transpose(0, 2, 3, 1)  # [kh][kw][M] | [M][kh][kw][cg]
+        wsum = wq.astype(np.int64).reshape(geo.m, -1).sum(axis=1)
+        xoff = -p.x_zp
+        bias = p.bias if p.bias is not None else np.zeros(geo.m, np.int64)
+        folded = bias + xoff * wsum
+        b2 = int32_array(node, np.concatenate([bias, folded]), "bias with the input zero point folded in")
+        taps = geo.cg * kh * kw
+        wmax = int(np.abs(wq.astype(np.int64)).max()) if wq.size else 0
+        check_acc(node, int(np.abs(b2.astype(np.int64)).max())
+                  + taps * wmax * max(offset_range(x.dtype, xoff), offset_range(x.dtype, 0)))
+        # element strides of x [n][c][h][w] and y [n][m][h][w] in the tensors' layout
+        if p.cl:
+            sx = (h * wd * geo.c, wd * geo.c, geo.c, 1)
+            sy = (oh * ow * geo.m, ow * geo.m, geo.m, 1)
+        else:
+            sx = (geo.c * h * wd, wd, 1, h * wd)
+            sy = (geo.m * oh * ow, ow, 1, oh * ow)
+        oha, ohb, rt = _border_tables(h, oh, kh, sh, dh, pt)
+        owa, owb, ct = _border_tables(wd, ow, kw, sw, dw, pl)
+        vals = dict(nb=geo.n, groups=geo.group, cg=geo.cg, mg=geo.mg, oh_n=oh, ow_n=ow, kh_n=kh, kw_n=kw,
+                    sh=sh, sw=sw, pt=pt, pl=pl, oha=oha, ohb=ohb, owa=owa, owb=owb,
+                    rt_at=len(QCONV_FIELDS), ct_at=len(QCONV_FIELDS) + len(rt),
+                    sxb=sx[0], sxh=sx[1], sxw=sx[2], sxc=sx[3], syb=sy[0], syh=sy[1], syw=sy[2], syc=sy[3],
+                    row_step=dh * sx[1], col_step=dw * sx[2], xoff=xoff)
+        vals.update(zip(("yzp", "lo", "hi"), p.rq.geo()))
+        geo_arr = np.array([vals[f] for f in QCONV_FIELDS] + rt + ct, np.int64)
+        check_index(node, geo_arr, geo.n * geo.c * h * wd, geo.n * geo.m * oh * ow)
+        template = "qdwconv_s8" if depthwise else "qconv_s8"
+        unused = ["cg"] if depthwise else []
+        if p.cl:
+            unused += ["sxc", "syc"]
+        if p.rq.mode == "none":
+            unused += ["yzp", "lo", "hi"]
+        name = (f"{CODES[x.dtype]}{CODES[wk.dtype.name]}{CODES[outs[0].dtype]}_{p.rq.mode}"
+                + ("_nhwc" if p.cl else "_nchw"))
+        if p.rq.mode != "none":
+            k.kernel(f"requant_{p.rq.mode}")
+        fn = k.kernel(template, {"name": name, "xt": CTYPES[x.dtype], "wt": CTYPES[wk.dtype.name],
+                                 "yt": CTYPES[outs[0].dtype], "rq": p.rq.mode, "cl": bool(p.cl),
+                                 "fields": QCONV_FIELDS, "unused": unused})
+        wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
+        bsym = k.const(b2, f"{node.name}_bias")
+        g = k.const(geo_arr.astype(np.int32), "qconv_geo")
+        k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
+
+
+@register("QLinearConv", "com.microsoft.QLinearConv")
+class QLinearConv(_QConvBase):
+    """x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+    y_zero_point, [B int32]."""
+
+    X, W = 0, 3
+    fuses_act = True
+
+    def _out_dtype(self, node, ins):
+        yz = ins[7] if len(ins) > 7 else None
+        return yz.dtype if yz is not None else ins[0].dtype
+
+    def _params(self, node, ins) -> _QConv:
+        if len(ins) < 7 or ins[1] is None or ins[4] is None or ins[6] is None:
+            raise shape_error(node, "needs inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, "
+                                    "y_scale, y_zero_point")
+        x, w = ins[0], ins[3]
+        geo = qconv_geometry(node, x.shape, w.shape)
+        x_s, x_zp = scalar_qparams(node, ins[1], ins[2], "x", x.dtype)
+        w_s, w_zp = weight_qparams(node, ins[4], ins[5], w, "w", geo.m)
+        ydt = self._out_dtype(node, ins)
+        if ydt not in INT8_TYPES:
+            raise unsupported(node, f"y_zero_point '{ins[7].name}' is {ydt}; expected int8 or uint8")
+        y_s, y_zp = scalar_qparams(node, ins[6], ins[7] if len(ins) > 7 else None, "y", ydt)
+        bias = _bias(node, ins[8] if len(ins) > 8 else None, geo.m)
+        rq = make_requant(node, x_s, w_s, y_s, y_zp, ydt, geo.m)
+        return _QConv(geo, channels_last(node), x_zp, w_zp, bias, rq)
+
+
+@register("ConvInteger")
+class ConvInteger(_QConvBase):
+    """x, w, [x_zero_point], [w_zero_point (per tensor or per output
+    channel)] -> int32."""
+
+    X, W = 0, 1
+
+    def _params(self, node, ins) -> _QConv:
+        x, w = ins[0], ins[1]
+        geo = qconv_geometry(node, x.shape, w.shape)
+        x_zp = zero_points(node, ins[2] if len(ins) > 2 else None, "x", 1, x.dtype)
+        w_zp = zero_points(node, ins[3] if len(ins) > 3 else None, "w", geo.m, w.dtype)
+        return _QConv(geo, channels_last(node), int(x_zp[0]), w_zp, None, NO_REQUANT)
+
+
+def _bias(node, b, m: int) -> np.ndarray | None:
+    if b is None:
+        return None
+    if b.dtype != "int32":
+        raise unsupported(node, f"bias '{b.name}' is {b.dtype}; expected int32")
+    if not b.is_const:
+        raise unsupported(node, f"bias '{b.name}' is computed at run time; it must be constant")
+    if tuple(b.shape) != (m,):
+        raise shape_error(node, f"bias '{b.name}' {list(b.shape)} must be [{m}]")
+    return np.asarray(b.data, np.int64)
