@@ -52,6 +52,12 @@ PARAM_INPUTS: dict[str, tuple[int, ...]] = {
     "ReduceMax": (1,),
     "ReduceSum": (1,),
     "Dropout": (1, 2),
+    "QLinearConv": (1, 2, 3, 4, 5, 6, 7, 8),
+    "ConvInteger": (1, 2, 3),
+    "QLinearMatMul": (1, 2, 4, 5, 6, 7),
+    "MatMulInteger": (2, 3),
+    "QuantizeLinear": (1, 2),
+    "DequantizeLinear": (1, 2),
 }
 
 

@@ -202,6 +202,10 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     if found is None:
         return False
     act, qs, absorbed = found
+    if n.act is not None:  # a clamp fused earlier (e.g. when re-run after PTQ) stays
+        act = n.act if act is None else (max(act[0], n.act[0]), min(act[1], n.act[1]))
+        if t not in ("Conv", "MatMul", "Gemm", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat"):
+            return False
     if bias_add is not None:
         absorbed = [bias_add] + absorbed
     q = qs[0]
