@@ -129,6 +129,6 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
-    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs})
+    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b)
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)

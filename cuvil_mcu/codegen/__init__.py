@@ -72,6 +72,7 @@ class Emitter:
     body: list[str] = field(default_factory=list)
     _const_by_key: dict = field(default_factory=dict)
     node = None
+    target: object = None   # the Board: ISA features for kernel variants (cuvil_mcu.isa)
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -162,9 +163,11 @@ class Rendered:
 
 
 def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
-           summary: dict | None = None) -> Rendered:
-    """The header. Deterministic: no time, path or command line in it."""
+           summary: dict | None = None, target=None) -> Rendered:
+    """The header. Deterministic: no time, path or command line in it.
+    target: the Board object, whose ISA picks kernel variants."""
     k = Emitter(prefix, g, plan)
+    k.target = target
     for i, n in enumerate(g.nodes):
         op = ops.get(n.op_type)
         ins = [g.tensors[t] if t else None for t in n.inputs]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import isa
 from .base import Op, register, shape_error, unsupported
 from .conv import ConvGeometry, _border_tables, conv_geometry
 from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
@@ -141,6 +142,8 @@ class _QConvBase(Op):
         p = self._params(node, ins)
         geo = p.geo
         if outs[0].size == 0:
+            return
+        if isa.emit("qconv", self, node, ins, outs, k, p):
             return
         (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
         (sh, sw), (dh, dw) = geo.strides, geo.dilations

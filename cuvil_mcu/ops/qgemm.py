@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import quant
+from .. import isa
 from .base import Op, register, shape_error, unsupported
 from .gemm import _batch_offsets, _c_strides, matmul_dims
 
@@ -230,6 +231,10 @@ def emit_qgemm(k, node, y: str, a: str, b: str, c: str | None, batches, m: int, 
     the requantization arrays; sa = (i, p)
     strides of A, sb = (j, p) strides of B (addressed transposed), sc = (i, j)
     of c; types: dtypes of A, B and y; off: apply aoff/boff in the loop."""
+    if isa.emit("qgemm", None, node, None, None, k, dict(
+            y=y, a=a, b=b, c=c, batches=batches, m=m, n=n, kk=kk, sa=sa, sb=sb, sc=sc, aoff=aoff, boff=boff,
+            rq=rq, types=types, off=off)):
+        return
     if c is None:
         c, sc = k.const(np.zeros(1, np.int32), "zero_i32"), (0, 0)
     unit = sa[1] == 1 and sb[1] == 1
