@@ -313,6 +313,8 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
             attrs["alpha"] = float(n.attr("alpha", 0.01))
         if t == "HardSigmoid":
             attrs["alpha"], attrs["beta"] = float(n.attr("alpha", 0.2)), float(n.attr("beta", 0.5))
+        if t == "Gelu":
+            attrs["approximate"] = n.attr("approximate", "none")
         if t == "Clip":
             bounds = _act(n, ctx)
             if bounds is None:

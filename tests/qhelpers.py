@@ -1,0 +1,110 @@
+"""Builders and checks shared by the int8 element-wise / pooling / softmax
+tests: QOperator models with com.microsoft nodes (helpers.make_model only
+imports the default domain), runs in both requantization modes."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from helpers import NP2ONNX, run_c, run_ort, run_ref
+
+MS = "com.microsoft"
+
+
+def qmodel(nodes, inputs: dict, outputs: dict, inits: dict | None = None, opset: int = 13,
+           name: str = "qtest") -> onnx.ModelProto:
+    """nodes: NodeProtos (any domain); inputs: {name: (shape, dtype)};
+    outputs: {name: dtype} (shapes left open); inits: {name: array}."""
+    vis = [helper.make_tensor_value_info(n, NP2ONNX[d], list(s)) for n, (s, d) in inputs.items()]
+    outs = [helper.make_tensor_value_info(n, NP2ONNX[d], None) for n, d in outputs.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()]
+    g = helper.make_graph(nodes, name, vis, outs, inits)
+    domains = sorted({n.domain for n in nodes if n.domain not in ("", "ai.onnx")})
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]
+                          + [helper.make_opsetid(d, 1) for d in domains])
+    m.ir_version = min(m.ir_version, 9)
+    return m
+
+
+def qparams(prefix: str, scale: float, zp: int, dtype: str) -> dict:
+    """Initializers '<prefix>_s' (float32 scalar) and '<prefix>_z' (dtype scalar)."""
+    return {f"{prefix}_s": np.array(scale, np.float32), f"{prefix}_z": np.array(zp, dtype)}
+
+
+def rand_q(rng, shape, dtype: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return rng.randint(int(info.min), int(info.max) + 1, size=shape).astype(dtype)
+
+
+def lsb_diff(a, b) -> int:
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    assert a.shape == b.shape, f"shape {a.shape} != {b.shape}"
+    return int(np.abs(a - b).max()) if a.size else 0
+
+
+def assert_exact(actual, expected, what: str):
+    a, e = np.asarray(actual), np.asarray(expected)
+    assert a.shape == e.shape and a.dtype == e.dtype, f"{what}: {a.dtype}{a.shape} vs {e.dtype}{e.shape}"
+    if not np.array_equal(a, e):
+        bad = np.argwhere(a != e)
+        i = tuple(bad[0])
+        raise AssertionError(f"{what}: {len(bad)} of {a.size} elements differ; first at {i}: "
+                             f"{a[i]} vs {e[i]} (max |diff| {lsb_diff(a, e)})")
+
+
+def check_modes(model, feeds: dict, ort_lsb: int | None = 0, fixed_vs=None, fixed_lsb: int = 1,
+                c: bool = True, modes=("fixed", "float")):
+    """Per requant mode: generated C == reference exactly; float-mode
+    reference vs onnxruntime (graph optimizations on) within ort_lsb (None:
+    not compared); fixed-mode reference vs `fixed_vs(feeds)` (a list of
+    expected arrays, e.g. a plain float computation) within fixed_lsb.
+    Returns {mode: reference outputs}."""
+    out = {}
+    for mode in modes:
+        ref = run_ref(model, feeds, requant=mode)
+        if c:
+            cres = run_c(model, feeds, requant=mode)
+            for i, (r, x) in enumerate(zip(ref, cres)):
+                assert_exact(x, r, f"{mode} mode, output {i}: generated C vs reference")
+        if mode == "float" and ort_lsb is not None:
+            o = run_ort(model, feeds, optimize=True)
+            for i, (r, x) in enumerate(zip(ref, o)):
+                d = lsb_diff(r, x)
+                assert d <= ort_lsb, f"float mode, output {i}: reference vs onnxruntime differ by {d} LSB > {ort_lsb}"
+        if mode == "fixed" and fixed_vs is not None:
+            for i, (r, x) in enumerate(zip(ref, fixed_vs(feeds))):
+                d = lsb_diff(r, x)
+                assert d <= fixed_lsb, f"fixed mode, output {i}: reference vs float computation differ by {d} LSB"
+        out[mode] = ref
+    return out
+
+
+def check_strict(model, feeds: dict, modes=("fixed", "float")):
+    """Build the generated C with every compiler of helpers.STRICT_BUILDS
+    (-Werror, C99/C11/C++, sanitizers) in each requant mode, run it, and
+    compare with the reference exactly. Returns the builds skipped (compiler
+    absent)."""
+    import shutil
+
+    from cuvil_mcu import reference
+    from cuvil_mcu.compiler import compile_model
+    from cuvil_mcu.sim import host
+    from helpers import STRICT_BUILDS, STRICT_WARNINGS
+
+    skipped = []
+    for mode in modes:
+        c = compile_model(model, requant=mode)
+        g = c.graph
+        ref = reference.run(g, feeds)
+        ins = [np.asarray(feeds[n], dtype=g.tensors[n].dtype)[None] for n in g.inputs]
+        for cc, flags in STRICT_BUILDS:
+            if shutil.which(cc) is None:
+                skipped.append((cc, flags))
+                continue
+            exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                             [g.tensors[n].nbytes for n in g.outputs], cc=cc, cflags=STRICT_WARNINGS + flags)
+            outs = host.run(exe, ins, c.out_specs, 1)
+            for name, o in zip(g.outputs, outs):
+                assert_exact(o[0], ref[name], f"{mode}, {cc} {' '.join(flags)}: output '{name}'")
+    return skipped

@@ -1,0 +1,309 @@
+"""int8/uint8 pooling: com.microsoft.QLinearAveragePool,
+com.microsoft.QLinearGlobalAveragePool and cuvil.QMaxPool.
+
+Generated C vs the numpy reference: exact, both requantization modes, both
+layouts (NHWC is what passes/layout.py produces; the NCHW kernels run with
+the layout pass switched off). Float mode vs onnxruntime (optimizations on):
+exact for every case here (onnxruntime dequantizes, sums in float32 in
+window order and requantizes with nearbyint, or uses its integer global
+average pool when the kernel covers the input; both reproduced). Fixed mode
+vs the plain average in double: within 1 LSB; TFLM's rounding is checked on
+hand-computed cases and against TFLM's outputs on the MLPerf Tiny models that
+pool (average pool and softmax of VWW and person detection, bit-exact).
+cuvil.QMaxPool vs onnxruntime's MaxPool on the same int8/uint8 tensor: exact.
+"""
+import numpy as np
+import pytest
+from onnx import helper
+
+from cuvil_mcu import passes
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.errors import CuvilError
+from cuvil_mcu.ir import Node
+from cuvil_mcu.ops.qpool import window_tables
+from cuvil_mcu.passes import layout
+from helpers import run_c, run_ort, run_ref
+from qhelpers import MS, assert_exact, check_modes, lsb_diff, qmodel, qparams, rand_q
+from test_qelementwise import MODELS, _run_model_samples
+
+AVG_CASES = [
+    ("x2", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("x2", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2], "count_include_pad": 1}),
+    ("x2", {"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [0, 1, 0, 1]}),
+    ("x2", {"kernel_shape": [3, 2], "strides": [2, 1], "ceil_mode": 1, "pads": [1, 0, 1, 1], "count_include_pad": 1}),
+    ("x2", {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ("x2", {"kernel_shape": [3, 2], "auto_pad": "VALID", "strides": [1, 2]}),
+    ("x2", {"kernel_shape": [7, 6]}),                      # covers the input: onnxruntime's global path
+    ("x1", {"kernel_shape": [3], "pads": [1, 2], "strides": [2]}),
+    ("x1", {"kernel_shape": [4], "pads": [1, 1], "strides": [3], "ceil_mode": 1, "count_include_pad": 1}),
+]
+SHAPES = {"x2": (2, 3, 7, 6), "x1": (2, 3, 9)}
+
+
+def _params(dt, equal):
+    off = 0 if dt == "int8" else 128
+    x = (0.05, 3 + off)
+    y = x if equal else (0.031, -5 + off)
+    return {**qparams("x", *x, dt), **qparams("y", *y, dt)}, x, y
+
+
+def _avg_model(dt, equal, channels_last=0, cases=AVG_CASES):
+    inits, _, _ = _params(dt, equal)
+    nodes = [helper.make_node("QLinearAveragePool", [src, "x_s", "x_z", "y_s", "y_z"], [f"y{i}"], domain=MS,
+                              channels_last=channels_last, **attrs) for i, (src, attrs) in enumerate(cases)]
+    shapes = {k: (s if not channels_last else (s[0],) + s[2:] + (s[1],)) for k, s in SHAPES.items()}
+    return qmodel(nodes, {k: (s, dt) for k, s in shapes.items()}, {f"y{i}": dt for i in range(len(cases))}, inits)
+
+
+def _avg_real(cases, x_params, y_params, dt, channels_last=0):
+    """The plain average in double (onnxruntime's divisor), quantized once:
+    what the fixed mode must stay within 1 LSB of. The windows come from
+    ops/qpool.window_tables; the float mode's exact agreement with
+    onnxruntime in the same tests is what checks that geometry."""
+    (xs, xz), (ys, yz) = x_params, y_params
+    info = np.iinfo(dt)
+
+    def run(feeds):
+        out = []
+        for src, attrs in cases:
+            x = feeds[src].astype(np.float64)
+            if channels_last:
+                x = np.moveaxis(x, -1, 1)
+            x = xs * (x - xz)
+            x4 = x if x.ndim == 4 else x[:, :, None, :]
+            n = Node("n", "p", [], [], dict(attrs))
+            tabs = window_tables(n, x.shape, bool(attrs.get("count_include_pad", 0)))
+            if len(tabs) == 1:
+                tabs = [(np.array([[0, 1, 1]], np.int32), 1)] + tabs
+            (th, _), (tw, _) = tabs
+            y = np.zeros(x4.shape[:2] + (len(th), len(tw)))
+            for i, (h0, hn, hc) in enumerate(th):
+                for j, (w0, wn, wc) in enumerate(tw):
+                    y[:, :, i, j] = x4[:, :, h0:h0 + hn, w0:w0 + wn].sum(axis=(2, 3)) / (hc * wc)
+            y = y if x.ndim == 4 else y[:, :, 0]
+            if channels_last:
+                y = np.moveaxis(y, 1, -1)
+            out.append(np.clip(np.rint(y / ys) + yz, info.min, info.max))
+        return out
+    return run
+
+
+@pytest.mark.parametrize("equal", [True, False], ids=["same_params", "requant"])
+@pytest.mark.parametrize("dt", ["int8", "uint8"])
+def test_average_pool(dt, equal):
+    rng = np.random.RandomState(21)
+    m = _avg_model(dt, equal)
+    feeds = {k: rand_q(rng, s, dt) for k, s in SHAPES.items()}
+    _, xp, yp = _params(dt, equal)
+    check_modes(m, feeds, ort_lsb=0, fixed_vs=_avg_real(AVG_CASES, xp, yp, dt), fixed_lsb=1)
+
+
+def test_average_pool_channels_last_attribute():
+    """com.microsoft's own channels_last = 1 (NHWC in and out), which
+    onnxruntime implements too."""
+    dt = "int8"
+    rng = np.random.RandomState(22)
+    cases = AVG_CASES[:4] + AVG_CASES[7:8]
+    m = _avg_model(dt, False, channels_last=1, cases=cases)
+    feeds = {k: rand_q(rng, (s[0],) + s[2:] + (s[1],), dt) for k, s in SHAPES.items()}
+    _, xp, yp = _params(dt, False)
+    check_modes(m, feeds, ort_lsb=0, fixed_vs=_avg_real(cases, xp, yp, dt, channels_last=1), fixed_lsb=1)
+
+
+@pytest.fixture
+def nchw_kernels(monkeypatch):
+    """Compile without the layout pass: the NCHW (channels_last 0) kernels run."""
+    monkeypatch.setattr(passes, "PIPELINE", [p for p in passes.PIPELINE if p is not layout])
+
+
+def test_nchw_kernels(nchw_kernels):
+    rng = np.random.RandomState(23)
+    for dt in ("int8", "uint8"):
+        inits, _, _ = _params(dt, False)
+        nodes = [helper.make_node("QLinearAveragePool", [src, "x_s", "x_z", "y_s", "y_z"], [f"y{i}"], domain=MS,
+                                  **attrs) for i, (src, attrs) in enumerate(AVG_CASES)]
+        nodes.append(helper.make_node("QLinearAveragePool", ["x2", "x_s", "x_z", "x_s", "x_z"], ["eq"], domain=MS,
+                                      **AVG_CASES[1][1]))
+        nodes.append(helper.make_node("QLinearGlobalAveragePool", ["x2", "x_s", "x_z", "y_s", "y_z"], ["gap"],
+                                      domain=MS))
+        nodes.append(helper.make_node("QLinearGlobalAveragePool", ["x2", "x_s", "x_z", "x_s", "x_z"], ["gap_eq"],
+                                      domain=MS))
+        inputs = {k: (s, dt) for k, s in SHAPES.items()}
+        m = qmodel(nodes, inputs, {n.output[0]: dt for n in nodes}, inits)
+        g = compile_model(m).graph
+        assert not any(n.attrs.get("_channels_last") for n in g.nodes)
+        feeds = {k: rand_q(rng, s, dt) for k, s in SHAPES.items()}
+        check_modes(m, feeds, ort_lsb=0)
+        maxp = [helper.make_node("QMaxPool", [src], [f"m{i}"], domain="cuvil", **a) for i, (src, a) in enumerate(MAX_CASES)]
+        twin = [helper.make_node("MaxPool", [src], [f"m{i}"], **a) for i, (src, a) in enumerate(MAX_CASES)]
+        outs = {f"m{i}": dt for i in range(len(MAX_CASES))}
+        res = check_modes(qmodel(maxp, inputs, outs), feeds, ort_lsb=None, modes=("fixed",))["fixed"]
+        for r, o in zip(res, run_ort(qmodel(twin, inputs, outs), feeds)):
+            assert_exact(r, o, f"{dt} NCHW QMaxPool vs onnxruntime MaxPool")
+
+
+@pytest.mark.parametrize("dt", ["int8", "uint8"])
+def test_global_average_pool(dt):
+    rng = np.random.RandomState(24)
+    off = 0 if dt == "int8" else 128
+    inits = {**qparams("x", 0.05, 3 + off, dt), **qparams("y", 0.011, -5 + off, dt)}
+    shapes = [(2, 3, 5, 7), (1, 4, 9), (1, 2, 13, 11)]
+    nodes, inputs, cases = [], {}, []
+    for i, s in enumerate(shapes):
+        for cl in (0, 1):
+            shape = s if not cl else (s[0],) + s[2:] + (s[1],)
+            inputs[f"x{i}_{cl}"] = (shape, dt)
+            for eq in (True, False):
+                ys = "x" if eq else "y"
+                nodes.append(helper.make_node("QLinearGlobalAveragePool", [f"x{i}_{cl}", "x_s", "x_z", f"{ys}_s",
+                                                                           f"{ys}_z"], [f"y{len(cases)}"],
+                                              domain=MS, channels_last=cl))
+                cases.append((f"x{i}_{cl}", cl, (0.05, 3 + off) if eq else (0.011, -5 + off)))
+    m = qmodel(nodes, inputs, {f"y{i}": dt for i in range(len(cases))}, inits)
+    feeds = {k: rand_q(rng, s, dt) for k, (s, _) in inputs.items()}
+    info = np.iinfo(dt)
+
+    def real(f):
+        out = []
+        for src, cl, (ys, yz) in cases:
+            x = 0.05 * (f[src].astype(np.float64) - 3 - off)
+            axes = tuple(range(1, x.ndim - 1)) if cl else tuple(range(2, x.ndim))
+            out.append(np.clip(np.rint(x.mean(axis=axes, keepdims=True) / ys) + yz, info.min, info.max))
+        return out
+
+    check_modes(m, feeds, ort_lsb=0, fixed_vs=real, fixed_lsb=1)
+
+
+def _hand_pool_model():
+    dt = "int8"
+    nodes = [
+        # same parameters in and out: TFLM's AVERAGE_POOL_2D recipe
+        helper.make_node("QLinearAveragePool", ["a", "z_s", "z_z", "z_s", "z_z"], ["avg"], domain=MS,
+                         kernel_shape=[1, 2], strides=[1, 2]),
+        helper.make_node("QLinearAveragePool", ["a", "o_s", "o_z", "o_s", "o_z"], ["avg_zp"], domain=MS,
+                         kernel_shape=[1, 2], strides=[1, 2]),
+        helper.make_node("QLinearAveragePool", ["b", "t_s", "t_z", "t_s", "t_z"], ["avg_pad"], domain=MS,
+                         kernel_shape=[1, 2], strides=[1, 2], pads=[0, 1, 0, 1], count_include_pad=1),
+        # TFLM MEAN: same parameters (C division), and with requantization
+        helper.make_node("QLinearGlobalAveragePool", ["c", "z_s", "z_z", "z_s", "z_z"], ["mean"], domain=MS),
+        helper.make_node("QLinearGlobalAveragePool", ["d", "z_s", "z_z", "z_s", "o_z"], ["mean_rq"], domain=MS),
+    ]
+    inits = {"z_s": np.float32(0.5), "z_z": np.int8(0), "o_s": np.float32(0.5), "o_z": np.int8(1),
+             "t_s": np.float32(0.25), "t_z": np.int8(2)}
+    inputs = {"a": ((1, 1, 1, 4), "int8"), "b": ((1, 1, 1, 2), "int8"), "c": ((1, 1, 1, 2), "int8"),
+              "d": ((1, 2, 2, 2), "int8")}
+    return qmodel(nodes, inputs, {n.output[0]: "int8" for n in nodes}, inits)
+
+
+def test_tflm_hand_computed_cases():
+    """TFLM's formulas by hand.
+    AVERAGE_POOL: the sum of the raw codes, (acc + c/2)/c or (acc - c/2)/c:
+      [2, 3 | -2, -3] -> 2.5 -> 3, -2.5 -> -3 (onnxruntime: 2, -2, half even);
+      zero point 1, same codes: raw 5/2 -> 3 (real 1.5 -> code 2.5: half away
+      from zero in the code domain), onnxruntime 2;
+      count_include_pad, zp 2, [6, 7] with a padding tap each side:
+      (2 + 6) / 2 = 4, (7 + 2) / 2 = 4.5 -> 5 (onnxruntime 4, half even).
+    MEAN, same parameters: (-1 + -2) / 2 = -1 (C division truncates;
+      onnxruntime rounds -1.5 to -2).
+    MEAN with requantization (x 0.5 zp 0 -> y 0.5 zp 1, n = 4): (m, s) =
+      QuantizeMultiplier(1) = (2^30, 1); b = min(log2 4, 32, 32) = 2,
+      m' = (2^30 << 2) / 4 = 2^30, s' = -1: sums 5 and 7 give
+      RDBPOT(SRDHM(5, 2^30), 1) = RDBPOT(3, 1) = 2 (+1 = 3; the exact 1.25
+      would give 2: TFLM's double rounding) and RDBPOT(4, 1) = 2 (+1 = 3)."""
+    m = _hand_pool_model()
+    feeds = {"a": np.array([2, 3, -2, -3], np.int8).reshape(1, 1, 1, 4),
+             "b": np.array([6, 7], np.int8).reshape(1, 1, 1, 2),
+             "c": np.array([-1, -2], np.int8).reshape(1, 1, 1, 2),
+             "d": np.array([1, 1, 1, 2, 1, 2, 2, 2], np.int8).reshape(1, 2, 2, 2)}
+    expect = {"fixed": [[3, -3], [3, -3], [4, 5], [-1], [3, 3]],
+              "float": [[2, -2], [2, -2], [4, 4], [-2], [2, 3]]}
+    ort = run_ort(m, feeds, optimize=True)
+    for mode in ("fixed", "float"):
+        for got, c_got, want, name in zip(run_ref(m, feeds, requant=mode), run_c(m, feeds, requant=mode),
+                                          expect[mode], [o.name for o in m.graph.output]):
+            want = np.array(want, np.int8).reshape(got.shape)
+            assert_exact(got, want, f"{mode} {name}")
+            assert_exact(c_got, want, f"{mode} {name} (C)")
+    for got, want in zip(ort, expect["float"]):
+        assert_exact(got, np.array(want, np.int8).reshape(got.shape), "onnxruntime on the hand-computed cases")
+
+
+MAX_CASES = [
+    ("x2", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("x2", {"kernel_shape": [2, 2], "dilations": [2, 1], "ceil_mode": 1, "strides": [2, 2]}),
+    ("x2", {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ("x2", {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER", "strides": [1, 2]}),
+    ("x2", {"kernel_shape": [3, 2], "pads": [2, 0, 1, 1], "strides": [3, 2], "ceil_mode": 1}),
+    ("x1", {"kernel_shape": [3], "pads": [2, 1], "strides": [2]}),
+    ("x1", {"kernel_shape": [2], "dilations": [3], "strides": [1]}),
+]
+
+
+@pytest.mark.parametrize("dt", ["int8", "uint8"])
+def test_max_pool(dt):
+    """Same model twice: cuvil.QMaxPool for us, ONNX MaxPool on the integer
+    tensor for onnxruntime. Padding never wins (the inputs are all negative
+    for int8, all small for uint8, so a zero from the padding would show)."""
+    rng = np.random.RandomState(25)
+    nodes = [helper.make_node("QMaxPool", [src], [f"y{i}"], domain="cuvil", **a) for i, (src, a) in enumerate(MAX_CASES)]
+    twin = [helper.make_node("MaxPool", [src], [f"y{i}"], **a) for i, (src, a) in enumerate(MAX_CASES)]
+    inputs = {k: (s, dt) for k, s in SHAPES.items()}
+    outs = {f"y{i}": dt for i in range(len(MAX_CASES))}
+    m, m_twin = qmodel(nodes, inputs, outs), qmodel(twin, inputs, outs)
+    info = np.iinfo(dt)
+    hi = -1 if dt == "int8" else 30
+    feeds = {k: rng.randint(info.min, hi, size=s).astype(dt) for k, s in SHAPES.items()}
+    res = check_modes(m, feeds, ort_lsb=None)
+    for r, o in zip(res["fixed"], run_ort(m_twin, feeds)):
+        assert_exact(r, o, "QMaxPool vs onnxruntime MaxPool")
+    for a, b in zip(res["fixed"], res["float"]):
+        assert_exact(a, b, "QMaxPool: both modes")
+
+
+def test_max_pool_window_in_padding():
+    """pads >= kernel (a folded Pad can do that; onnxruntime refuses it): a
+    window with no tap inside the input gives the type's minimum."""
+    m = qmodel([helper.make_node("QMaxPool", ["x"], ["y"], domain="cuvil", kernel_shape=[1, 1], pads=[1, 0, 0, 0])],
+               {"x": ((1, 1, 2, 2), "int8")}, {"y": "int8"})
+    x = np.array([[[[5, -7], [100, -128]]]], np.int8)
+    want = np.array([[[[-128, -128], [5, -7], [100, -128]]]], np.int8)
+    assert_exact(run_ref(m, {"x": x})[0], want, "reference")
+    assert_exact(run_c(m, {"x": x})[0], want, "C")
+
+
+def test_errors():
+    dt = "int8"
+    inits = {**qparams("x", 0.05, 3, dt), **qparams("y", 0.05, 3, dt), "bad_s": np.float32(-1.0)}
+    cases = [
+        (helper.make_node("QLinearAveragePool", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain=MS, name="p",
+                          kernel_shape=[1, 1], pads=[1, 0, 0, 0]),
+         (1, 1, 2, 2), r"'p'.*a window lies entirely in the padding"),
+        (helper.make_node("QLinearAveragePool", ["x", "x_s", "x_z", "bad_s", "y_z"], ["y"], domain=MS, name="p",
+                          kernel_shape=[2, 2]),
+         (1, 1, 2, 2), r"'p'.*y scale 'bad_s' must be finite and > 0"),
+        (helper.make_node("QLinearAveragePool", ["x", "x_s", "x_z", "y_s", "y_z"], ["y"], domain=MS, name="p",
+                          kernel_shape=[2, 2, 2]),
+         (1, 1, 2, 2, 2), r"'p'.*1-D and 2-D pooling"),
+        (helper.make_node("QLinearGlobalAveragePool", ["x", "x_s", "bad_s", "y_s", "y_z"], ["y"], domain=MS,
+                          name="g"),
+         (1, 1, 2, 2), r"'g'.*zero point 'bad_s' is float32"),
+    ]
+    for node, shape, match in cases:
+        with pytest.raises(CuvilError, match=match):
+            compile_model(qmodel([node], {"x": (shape, dt)}, {"y": dt}, inits))
+    m = qmodel([helper.make_node("QMaxPool", ["x"], ["y"], domain="cuvil", kernel_shape=[2, 2], name="mp")],
+               {"x": ((1, 1, 2, 2), "float32")}, {"y": "float32"})
+    with pytest.raises(CuvilError, match=r"'mp'.*X 'x' is float32; expected int8 or uint8"):
+        compile_model(m)
+
+
+@pytest.mark.parametrize("name", ["vww_mobilenet_v1_025", "person_detect"])
+def test_models_match_tflm(name):
+    """MobileNet-style models ending in AveragePool (3x3 / 6x6, same scale in
+    and out: TFLM's AVERAGE_POOL_2D recipe) and Softmax: fixed mode is
+    bit-exact with the TFLM interpreter on the 8 stored samples."""
+    d = np.load(f"{MODELS}/{name}/samples_int8.npz")
+    c, out = _run_model_samples(f"{MODELS}/{name}/model_int8.onnx", d["inputs"], "fixed")
+    assert any(n.op_type == "com.microsoft.QLinearAveragePool" for n in c.graph.nodes)
+    assert_exact(out, d["expected_tflm"].reshape(out.shape), f"{name}: C (fixed) vs TFLM")
+    assert lsb_diff(out, d["expected_ort"].reshape(out.shape)) <= 1
