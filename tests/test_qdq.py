@@ -261,3 +261,38 @@ def test_bad_quantization_parameters_are_named(w_scale, w_zp, x_scale, expect):
     msg = str(e.value)
     assert expect in msg, msg
     assert "'" in msg  # names the node or tensor
+
+
+def test_unfolded_batchnorm_between_dq_and_q(tmp_path):
+    """quantize_static without quant_pre_process keeps BatchNormalization
+    between its own DQ and Q; it must still compile, run and be listed."""
+    shape = (1, 4, 6, 6)
+    rng = np.random.RandomState(8)
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             n("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"]), n("Relu", ["bn"], ["y"])]
+    inits = {"w": (rng.randn(5, 4, 3, 3) * 0.3).astype(np.float32),
+             "s": (rng.rand(5) + 0.5).astype(np.float32), "b": (rng.randn(5) * 0.1).astype(np.float32),
+             "m": (rng.randn(5) * 0.1).astype(np.float32), "v": (rng.rand(5) + 0.5).astype(np.float32)}
+    q = _quantize(tmp_path, _float_model(nodes, inits, shape), shape)
+    assert any(nd.op_type == "BatchNormalization" for nd in q.graph.node)
+    c = compile_model(q, requant="float")
+    x = rng.randn(*shape).astype(np.float32)
+    ours, theirs = run_c(q, {"x": x}, requant="float")[0], run_ort(q, {"x": x}, optimize=True)[0]
+    out_scale = float(c.graph.tensors[c.graph.outputs[0]].quant.scale[0])
+    assert np.abs(ours - theirs).max() <= out_scale * 1.001
+
+
+def test_cli_bad_scale_is_one_clear_line_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+    path = tmp_path / "bad.onnx"
+    onnx.save(_qdq_conv([0.1, 0.0, 0.1, 0.1]), path)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "cuvil_mcu.cli", "gen", str(path), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "dq_w" in lines[0] and "ws" in lines[0], lines[0]
+    assert not out.exists() or not any(out.iterdir())
