@@ -33,19 +33,24 @@ class Board:
     flash: int | None = None
     clock_hz: int | None = None
     stack_reserve: int = 0
+    flash_base: int | None = None   # where flash/RAM start (firmware linker script)
+    ram_base: int | None = None
+    linker_ram: int | None = None   # contiguous RAM at ram_base, when smaller than ram
     sim: dict = field(default_factory=dict)
     renode: dict = field(default_factory=dict)
     zephyr_board: str | None = None
     platformio_board: str | None = None
     vendor: str = ""
     requant: str = "fixed"   # default requantization of int8 ops on this board
+    emit: list[str] = field(default_factory=list)  # gen's default --emit targets
 
     def has(self, feature: str) -> bool:
         return bool(self.isa.get(feature, False))
 
 
-_FIELDS = {"id", "name", "core", "isa", "cflags", "ram", "flash", "clock_hz", "stack_reserve", "sim",
-           "renode", "zephyr_board", "platformio_board", "vendor", "requant"}
+_FIELDS = {"id", "name", "core", "isa", "cflags", "ram", "flash", "clock_hz", "stack_reserve",
+           "flash_base", "ram_base", "linker_ram", "sim",
+           "renode", "zephyr_board", "platformio_board", "vendor", "requant", "emit"}
 
 
 def _load(path: Path) -> Board:

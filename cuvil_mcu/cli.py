@@ -58,9 +58,18 @@ def _compile(args):
 
 
 def cmd_gen(args) -> int:
+    from . import integrations
+    from . import boards
+    spec = args.emit if args.emit is not None else ",".join(boards.get(args.board).emit)
+    emitters = integrations.parse(spec)
+    if emitters:  # name rules first: fail before compiling
+        for mod in emitters:
+            if hasattr(mod, "check_name"):
+                mod.check_name(args.name)
     c = _compile(args)
     out = Path(args.output)
     files: dict[Path, str | bytes] = {out / f"{c.prefix}.h": c.header}
+    files.update(integrations.emit_all(emitters, c, out, args.name))
     if args.plan_out:
         files[Path(args.plan_out)] = c.plan.to_json()
         if c.calibration is not None:
@@ -127,13 +136,19 @@ def cmd_run(args) -> int:
     from .sim import host
     c = _compile(args)
     inputs, stacked = load_inputs(args.input, c)
-    if c.board.id != "host" and c.board.sim:
+    build_kw, runner = {}, None
+    if c.board.sim.get("runner") == "qemu-user":
+        # Cortex-A boards: the host harness cross-compiled, run under qemu-user (sim/qemu_user.py)
+        from .sim import qemu_user
+        build_kw = {"cc": qemu_user.compiler(c.board), "cflags": list(c.board.cflags)}
+        runner = qemu_user.command(c.board)
+    elif c.board.id != "host" and c.board.sim:
         from .errors import ToolError
         raise ToolError(f"board '{c.board.id}' runs through the simulator, which this version does not have yet; "
                         f"use --board host")
     exe = host.build(c.header, c.prefix, [t.nbytes for t in map(c.graph.tensors.get, c.graph.inputs)],
-                     [t.nbytes for t in map(c.graph.tensors.get, c.graph.outputs)])
-    outs = host.run(exe, inputs, c.out_specs, inputs[0].shape[0])
+                     [t.nbytes for t in map(c.graph.tensors.get, c.graph.outputs)], **build_kw)
+    outs = host.run(exe, inputs, c.out_specs, inputs[0].shape[0], runner=runner)
     if not stacked:
         outs = [o[0] for o in outs]
     if args.output:
@@ -214,6 +229,9 @@ def parser() -> argparse.ArgumentParser:
     _common(g)
     g.add_argument("-o", "--output", default="out", help="output folder (default out/)")
     g.add_argument("--plan-out", help="write the memory plan (offsets, lifetimes) as JSON")
+    g.add_argument("--emit", metavar="TARGETS",
+                   help="also write packages for these ecosystems, comma-separated "
+                        "(see cuvil_mcu/integrations: e.g. micropython,zephyr,rust,platformio)")
     g.set_defaults(fn=cmd_gen)
     r = sub.add_parser("run", help="compile the generated C and run it on inputs")
     _common(r)
