@@ -16,8 +16,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 import shared_models as sm  # noqa: E402
-from cuvil_mcu.compiler import compile_model  # noqa: E402
-from cuvil_mcu.sim import host  # noqa: E402
 
 
 def tflm_arenas() -> dict[str, int]:
@@ -35,18 +33,11 @@ def main() -> None:
     ap.add_argument("--requant", default="fixed", choices=("fixed", "float"))
     args = ap.parse_args()
     tflm = tflm_arenas()
-    print(f"| model | MACs | arena (B) | lower bound (B) | TFLM arena (B) | constants (B) | "
-          f"exact vs TFLM | max diff (LSB) |")
+    print("| model | MACs | arena (B) | lower bound (B) | TFLM arena (B) | constants (B) | "
+          "exact vs TFLM | max diff (LSB) |")
     print("|---|---|---|---|---|---|---|---|")
     for name in sm.NAMES:
-        c = compile_model(str(sm.model_path(name)), requant=args.requant)
-        g = c.graph
-        s = sm.samples(name)
-        x = s["inputs"]
-        inp = x.reshape((x.shape[0],) + g.tensors[g.inputs[0]].shape)
-        exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                         [g.tensors[n].nbytes for n in g.outputs])
-        out = host.run(exe, [inp], c.out_specs, x.shape[0])[0].reshape(s["expected_tflm"].shape)
+        c, _, out, s = sm.run_generated_c(name, requant=args.requant)
         d = np.abs(out.astype(np.int32) - s["expected_tflm"].astype(np.int32))
         print(f"| {name} | {c.macs:,} | {c.plan.arena_size:,} | {c.plan.lower_bound:,} | "
               f"{tflm.get(name, 0):,} | {c.weights_bytes:,} | {int((d == 0).sum())}/{d.size} | {d.max()} |")

@@ -28,3 +28,20 @@ def samples(name: str) -> dict[str, np.ndarray]:
 
 def meta() -> dict:
     return json.loads((SHARED / "meta.json").read_text())
+
+
+def run_generated_c(name: str, **compile_kw):
+    """Compile a shared model and run its generated C on the host over all
+    8 samples: (Compiled, inputs shaped for the model, outputs shaped like
+    expected_tflm, the samples dict)."""
+    from cuvil_mcu.compiler import compile_model
+    from cuvil_mcu.sim import host
+    c = compile_model(str(model_path(name)), **compile_kw)
+    g = c.graph
+    s = samples(name)
+    x = s["inputs"]
+    inp = x.reshape((x.shape[0],) + g.tensors[g.inputs[0]].shape)
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs])
+    out = host.run(exe, [inp], c.out_specs, x.shape[0])[0].reshape(s["expected_tflm"].shape)
+    return c, inp, out, s

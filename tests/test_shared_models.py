@@ -8,21 +8,12 @@ import pytest
 import shared_models as sm
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
-from cuvil_mcu.sim import host
 
 pytestmark = pytest.mark.skipif(not sm.available(), reason=f"reference models not found at {sm.SHARED}")
 
 
 def _run(name, **kw):
-    c = compile_model(str(sm.model_path(name)), **kw)
-    g = c.graph
-    s = sm.samples(name)
-    x = s["inputs"]
-    inp = x.reshape((x.shape[0],) + g.tensors[g.inputs[0]].shape)
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
-    out = host.run(exe, [inp], c.out_specs, x.shape[0])[0].reshape(s["expected_tflm"].shape)
-    return c, inp, out, s
+    return sm.run_generated_c(name, **kw)
 
 
 # micro_speech: the .tflite's FULLY_CONNECTED has a bias (MatMul_bias =

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, Tensor
+from . import dead_nodes
 
 SPATIAL = {"QLinearConv", "ConvInteger", "com.microsoft.QLinearAveragePool",
            "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool"}
@@ -178,14 +179,7 @@ def _views(g: Graph) -> bool:
 
 
 def _drop_unused(g: Graph) -> None:
-    needed = set(g.outputs)
-    keep = []
-    for n in reversed(g.nodes):
-        if any(o in needed for o in n.outputs if o):
-            keep.append(n)
-            needed.update(i for i in n.inputs if i)
-    g.nodes = keep[::-1]
-    g.prune_tensors()
+    dead_nodes.run(g)
 
 
 def run(g: Graph) -> Graph:

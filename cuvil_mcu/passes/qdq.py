@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, Node
 
 INT_TYPES = ("int8", "uint8")
 # Ops that move or select integer values without changing scale.
@@ -211,7 +211,6 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     q = qs[0]
     y_s, y_zp = q.input(1), _zp_name(q, ctx)
     out = q.outputs[0]
-    ys = ctx.const(y_s).reshape(-1)[0]
 
     if t == "Conv":
         x, w = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False)
@@ -396,18 +395,5 @@ def run(g: Graph) -> Graph:
 def _reorder(nodes: list[Node], g: Graph) -> list[Node]:
     """New nodes may read tensors produced later in the old order (a Q output
     renamed); restore a topological order, stable otherwise."""
-    avail = set(g.inputs) | {k for k, t in g.tensors.items() if t.is_const}
-    order, pending = [], list(nodes)
-    while pending:
-        rest = []
-        for n in pending:
-            if all((not i) or i in avail for i in n.inputs):
-                order.append(n)
-                avail.update(o for o in n.outputs if o)
-            else:
-                rest.append(n)
-        if len(rest) == len(pending):
-            order.extend(rest)  # the verifier will name the problem
-            break
-        pending = rest
-    return order
+    from ..frontend.onnx_loader import _topo_sort
+    return _topo_sort(nodes, set(g.inputs) | {k for k, t in g.tensors.items() if t.is_const})
