@@ -30,7 +30,7 @@ def run(g: Graph) -> Graph:
                              f"it has no quantized form to expose")
         q = users[0]
         qt = g.tensors[q.outputs[0]]
-        g.tensors[name] = Tensor(name, t.shape, qt.dtype)
+        g.tensors[name] = Tensor(name, t.shape, qt.dtype, quant=io_quant._params(g, q, (1, 2)))
         g.rename_uses(q.outputs[0], name)
         drop.add(q.name)
     for i, name in enumerate(g.outputs):
@@ -48,13 +48,11 @@ def run(g: Graph) -> Graph:
             raise CuvilError(f"--io int8: output '{name}' dequantizes a constant")
         st = g.tensors[src]
         p.outputs = [name if o == src else o for o in p.outputs]
-        g.tensors[name] = Tensor(name, st.shape, st.dtype)
+        g.tensors[name] = Tensor(name, st.shape, st.dtype, quant=io_quant._params(g, d, (1, 2)))
         for n in g.nodes:
             if n is not d:
                 n.inputs = [name if x == src else x for x in n.inputs]
         drop.add(d.name)
     g.nodes = [n for n in g.nodes if n.name not in drop]
     g.prune_tensors()
-    for name in g.inputs + g.outputs:
-        g.tensors[name].quant = None
     return io_quant.run(g)

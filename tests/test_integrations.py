@@ -1,0 +1,695 @@
+"""`gen --emit micropython,zephyr,platformio`: the packages follow each
+ecosystem's documented layout, are deterministic, and the C they hold
+compiles warning-free and computes the model's outputs -- checked without
+the SDKs (none is installable here) against minimal stand-in headers
+(tests/fake_micropython, tests/fake_zephyr) written from the documented APIs.
+The MicroPython module is also *run*: tests/fake_micropython/driver.c
+implements the stand-in API (objects on the C heap, exceptions via longjmp)
+and calls the module's run() through its function object on real data; the
+outputs are compared with cuvil-mcu's numpy reference."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from cuvil_mcu import reference
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.errors import CuvilError
+from cuvil_mcu.integrations import micropython, parse, platformio, targets, zephyr
+
+MODS = [micropython, zephyr, platformio]
+
+from helpers import make_model, node
+import shared_models as sm
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CC = os.environ.get("CC", "cc")
+WARN = ["-Wall", "-Wextra", "-Werror", "-std=c99"]
+# extra warnings of MicroPython's unix port Makefile (CWARN)
+MPY_WARN = WARN + ["-Wpointer-arith", "-Wdouble-promotion", "-Wfloat-conversion", "-Wshadow", "-Wundef"]
+
+
+def two_io_model() -> onnx.ModelProto:
+    """Float model with two inputs of odd shapes and two outputs."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((7, 3)).astype(np.float32)
+    return make_model([node("Add", ["a", "b"], ["s"]), node("MatMul", ["s", "w"], ["y"]),
+                       node("Relu", ["a"], ["r"])],
+                      {"a": ((2, 7), "float32"), "b": ((2, 7), "float32")}, ["y", "r"], {"w": w}, name="two_io")
+
+
+def int8_model_path(tmp_path_factory) -> tuple[str, dict]:
+    """A real int8 model (int8 input and output): the shared KWS DS-CNN, else
+    tests/models.py's dscnn quantized by cuvil-mcu with int8 I/O."""
+    if sm.available():
+        return str(sm.model_path("kws_dscnn")), {}
+    from models import dscnn
+    d = tmp_path_factory.mktemp("q")
+    m = dscnn(seed=1, channels=8)
+    onnx.save(m, d / "dscnn.onnx")
+    x = np.random.default_rng(0).standard_normal((16, 1, 1, 49, 10)).astype(np.float32)
+    return str(d / "dscnn.onnx"), dict(quantize="int8", calibration={m.graph.input[0].name: x[:, 0]}, io="int8")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    path, kw = int8_model_path(tmp_path_factory)
+    return {"float": compile_model(two_io_model()), "int8": compile_model(path, **kw)}
+
+
+def write(files: dict, base: Path) -> None:
+    for p, text in files.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(text.encode() if isinstance(text, str) else text)
+
+
+def cc(args, cwd=None):
+    r = subprocess.run([CC, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r
+
+
+def check_readme(text: str, c) -> None:
+    """The README lists the model, its I/O with quant params, arena and flash."""
+    g = c.graph
+    assert f"{c.plan.arena_size} bytes" in text and f"{c.weights_bytes} bytes" in text
+    for n in g.inputs + g.outputs:
+        t = g.tensors[n]
+        row = next((ln for ln in text.splitlines() if f"`{n}`" in ln and ln.startswith("|")), None)
+        assert row is not None, f"no README row for {n}"
+        assert t.dtype in row and str(list(t.shape)) in row
+        if t.quant is not None and t.dtype in ("int8", "uint8"):
+            assert str(int(t.quant.zero_point.reshape(-1)[0])) in row
+            assert abs(float(row.split("|")[8]) - float(t.quant.scale.reshape(-1)[0])) < 1e-6 * abs(
+                float(t.quant.scale.reshape(-1)[0]))
+
+
+# ---------------------------------------------------------------------------
+# plumbing shared by the targets
+
+def test_targets_registered():
+    assert {"micropython", "zephyr", "platformio"} <= set(targets())
+    assert [m.NAME for m in parse("zephyr, micropython,zephyr")] == ["zephyr", "micropython"]
+    with pytest.raises(CuvilError, match=r"unknown target\(s\) cmake.*choose from"):
+        parse("micropython,cmake")
+
+
+@pytest.mark.parametrize("mod", MODS, ids=lambda m: m.NAME)
+def test_deterministic(compiled, mod, tmp_path):
+    for c in compiled.values():
+        a, b = mod.emit(c, tmp_path), mod.emit(c, tmp_path)
+        assert a == b and list(a) == list(b)
+        # the same model compiled again gives the same bytes too
+    c2 = compile_model(two_io_model())
+    assert mod.emit(c2, tmp_path) == mod.emit(compiled["float"], tmp_path)
+
+
+@pytest.mark.parametrize("mod", MODS, ids=lambda m: m.NAME)
+def test_readme_lists_model(compiled, mod, tmp_path):
+    for c in compiled.values():
+        files = mod.emit(c, tmp_path)
+        readme = next(t for p, t in files.items() if p.name == "README.md")
+        check_readme(readme, c)
+        assert "```sh" in readme
+        # the package carries the header itself (drop-in, self-contained)
+        assert any(t == c.header for t in files.values())
+        assert all(tmp_path in p.parents for p in files)
+
+
+# ---------------------------------------------------------------------------
+# MicroPython
+
+FAKE_MPY = HERE / "fake_micropython"
+
+
+def mpy_build(c, tmp_path, extra=()) -> tuple[Path, Path]:
+    """Emit the module, compile it against the stand-in headers (warnings are
+    errors) and link it with the driver. Returns (driver exe, module dir)."""
+    files = micropython.emit(c, tmp_path)
+    write(files, tmp_path)
+    m = micropython.module_name(c.prefix)
+    mdir = tmp_path / "micropython" / m
+    src = (mdir / f"mod{m}.c").read_text()
+    # what MicroPython's build does: collect the MP_QSTR_ names
+    names = sorted(set(re.findall(r"MP_QSTR_(\w+)", src)) | {"run"})
+    gen = tmp_path / "genhdr"
+    gen.mkdir(exist_ok=True)
+    (gen / "fake_qstrdefs.h").write_text(
+        "enum { MP_QSTR_NULL, " + "".join(f"MP_QSTR_{n}, " for n in names) + "};\n"
+        "extern const char *const fake_qstr_names[];\n")
+    (gen / "qstrnames.c").write_text(
+        "const char *const fake_qstr_names[] = { \"\", " + "".join(f'"{n}", ' for n in names) + "};\n")
+    inc = ["-I", FAKE_MPY, "-I", gen, "-I", mdir]
+    obj = tmp_path / "mod.o"
+    cc([*MPY_WARN, *extra, *inc, "-c", mdir / f"mod{m}.c", "-o", obj])
+    exe = tmp_path / "driver"
+    cc(["-std=c99", "-O1", *extra, *inc, f"-DMOD_OBJ={m}_user_cmodule", FAKE_MPY / "driver.c", gen / "qstrnames.c",
+        obj, "-o", exe, "-lm"])
+    return exe, mdir
+
+
+def mpy_run(exe, tmp_path, kind, arrays):
+    ins = []
+    for i, a in enumerate(arrays):
+        p = tmp_path / f"in{i}.bin"
+        p.write_bytes(np.ascontiguousarray(a).tobytes())
+        ins.append(p)
+    out = tmp_path / "out.bin"
+    r = subprocess.run([exe, kind, out, *ins], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.strip()
+    return line, (out.read_bytes() if line.startswith("OK") else b"")
+
+
+def mpy_attrs(exe) -> dict:
+    r = subprocess.run([exe, "attrs"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    import ast
+    return {k: ast.literal_eval(v) for k, v in (ln.split(" = ", 1) for ln in r.stdout.splitlines())}
+
+
+def test_micropython_layout(compiled, tmp_path):
+    c = compiled["int8"]
+    files = micropython.emit(c, tmp_path)
+    base = tmp_path / "micropython" / "cuvilmodel"
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in files) == sorted(
+        f"micropython/cuvilmodel/{f}" for f in
+        ["modcuvilmodel.c", "model.h", "micropython.mk", "micropython.cmake", "README.md"])
+    mk = files[base / "micropython.mk"].splitlines()
+    # documented: expand $(USERMOD_DIR) into a local variable, add sources to
+    # SRC_USERMOD_C (scanned for qstrs and MP_REGISTER_MODULE), -I to CFLAGS_USERMOD
+    assert "CUVILMODEL_MOD_DIR := $(USERMOD_DIR)" in mk
+    assert "SRC_USERMOD_C += $(CUVILMODEL_MOD_DIR)/modcuvilmodel.c" in mk
+    assert "CFLAGS_USERMOD += -I$(CUVILMODEL_MOD_DIR)" in mk
+    cm = re.sub(r"\s+", " ", files[base / "micropython.cmake"])
+    assert "add_library(usermod_cuvilmodel INTERFACE)" in cm
+    assert "target_sources(usermod_cuvilmodel INTERFACE ${CMAKE_CURRENT_LIST_DIR}/modcuvilmodel.c )" in cm
+    assert "target_include_directories(usermod_cuvilmodel INTERFACE ${CMAKE_CURRENT_LIST_DIR} )" in cm
+    assert "target_link_libraries(usermod INTERFACE usermod_cuvilmodel)" in cm
+    src = files[base / "modcuvilmodel.c"]
+    assert "#define MODEL_IMPLEMENTATION" in src and '#include "model.h"' in src
+    assert "MP_REGISTER_MODULE(MP_QSTR_cuvilmodel, cuvilmodel_user_cmodule);" in src
+    assert "static MP_DEFINE_CONST_FUN_OBJ_1(cuvilmodel_run_obj, cuvilmodel_run);" in src
+    assert re.search(r"static unsigned char cuvilmodel_arena\[MODEL_ARENA_SIZE\]", src)
+    assert "malloc" not in src and "m_new" not in src
+    readme = files[base / "README.md"]
+    assert "make -C $MPY/ports/unix USER_C_MODULES=" in readme
+    assert "make -C $MPY/ports/rp2 BOARD=RPI_PICO USER_C_MODULES=" in readme and "micropython.cmake" in readme
+    # --name sets the module name
+    c2 = compile_model(two_io_model(), name="kws")
+    assert {p.name for p in micropython.emit(c2, tmp_path)} >= {"modkws.c", "kws.h"}
+
+
+def test_micropython_int8_runs(compiled, tmp_path):
+    c = compiled["int8"]
+    g = c.graph
+    exe, _ = mpy_build(c, tmp_path)
+    tin, tout = g.tensors[g.inputs[0]], g.tensors[g.outputs[0]]
+    s_in, z_in = float(tin.quant.scale[0]), int(tin.quant.zero_point[0])
+    a = mpy_attrs(exe)
+    assert a["__name__"] == "cuvilmodel" and a["run"] == "<fun_builtin_1>"
+    assert a["input_shape"] == tin.shape and a["output_shape"] == tout.shape
+    assert a["arena_size"] == c.plan.arena_size
+    assert a["input_zero_point"] == z_in and a["output_zero_point"] == int(tout.quant.zero_point[0])
+    assert np.float32(a["input_scale"]) == tin.quant.scale[0]
+    assert np.float32(a["output_scale"]) == tout.quant.scale[0]
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, tin.shape).astype(np.int8)
+    ref = reference.run(g, {g.inputs[0]: x})[g.outputs[0]]
+    for kind in ("bytes", "bytearray", "array:b", "array:B"):
+        line, out = mpy_run(exe, tmp_path, kind, [x])
+        assert line == "OK b", (kind, line)
+        assert np.array_equal(np.frombuffer(out, np.int8).reshape(ref.shape), ref), kind
+    # floats are quantized by the module like ONNX QuantizeLinear (round half to even, saturate)
+    real = (rng.standard_normal(tin.shape) * 40).astype(np.float32)
+    real.flat[:4] = [(0.5 - z_in) * s_in, 1e9, -1e9, np.float32(2.5) * np.float32(s_in)]
+    q = np.clip(np.rint(real / np.float32(s_in)) + z_in, -128, 127).astype(np.int8)  # float32 division, as the header
+    ref_q = reference.run(g, {g.inputs[0]: q})[g.outputs[0]]
+    for kind in ("array:f", "list_f", "tuple_f"):
+        line, out = mpy_run(exe, tmp_path, kind, [real])
+        assert line == "OK b", (kind, line)
+        assert np.array_equal(np.frombuffer(out, np.int8).reshape(ref.shape), ref_q), kind
+    # wrong length -> ValueError with the expected size; wrong type -> TypeError
+    line, _ = mpy_run(exe, tmp_path, "bytes", [x.reshape(-1)[:-1]])
+    assert line.startswith("EXC ValueError:") and f"needs {tin.size} values, got {tin.size - 1}" in line
+    line, _ = mpy_run(exe, tmp_path, "list_f", [real.reshape(-1)[:7]])
+    assert line.startswith("EXC ValueError:") and f"needs {tin.size} values, got 7" in line
+    line, _ = mpy_run(exe, tmp_path, "array:h", [np.zeros(tin.size, np.int16)])
+    assert line.startswith("EXC TypeError:") and "array('f')" in line
+    line, _ = mpy_run(exe, tmp_path, "none", [x])
+    assert line.startswith("EXC TypeError:")
+
+
+def test_micropython_float_two_io_runs(compiled, tmp_path):
+    c = compiled["float"]
+    g = c.graph
+    exe, _ = mpy_build(c, tmp_path)
+    a = mpy_attrs(exe)
+    assert a["run"] == "<fun_builtin_var>"
+    assert a["input_shape"] == ((2, 7), (2, 7)) and a["output_shape"] == ((2, 3), (2, 7))
+    assert "input_scale" not in a and "output_zero_point" not in a
+    rng = np.random.default_rng(4)
+    xa, xb = (rng.standard_normal((2, 7)).astype(np.float32) for _ in range(2))
+    ref = reference.run(g, {"a": xa, "b": xb})
+    for kind in ("array:f", "list_f"):
+        line, out = mpy_run(exe, tmp_path, kind, [xa, xb])
+        assert line == "OK tuple f f", (kind, line)
+        y = np.frombuffer(out, np.float32)
+        np.testing.assert_allclose(y[:6].reshape(2, 3), ref["y"], rtol=1e-5, atol=1e-6)
+        assert np.array_equal(y[6:].reshape(2, 7), ref["r"])
+    line, _ = mpy_run(exe, tmp_path, "array:f", [xa])
+    assert line.startswith("EXC TypeError:")
+    line, _ = mpy_run(exe, tmp_path, "bytes", [xa, xb])  # raw bytes are not floats
+    assert line.startswith("EXC TypeError:") and "input 0 (a) must be array('f')" in line
+    line, _ = mpy_run(exe, tmp_path, "array:f", [xa, xb[:, :5]])
+    assert line.startswith("EXC ValueError:") and "input 1 (b) needs 14 values, got 10" in line
+
+
+def test_micropython_double_float_port(compiled, tmp_path):
+    """The unix port's mp_float_t is double: the module still compiles
+    warning-free (-Wdouble-promotion -Wfloat-conversion) and runs."""
+    c = compiled["int8"]
+    g = c.graph
+    exe, _ = mpy_build(c, tmp_path, extra=["-DFAKE_MP_FLOAT_DOUBLE"])
+    x = np.random.default_rng(9).integers(-128, 128, g.tensors[g.inputs[0]].shape).astype(np.int8)
+    line, out = mpy_run(exe, tmp_path, "array:b", [x])
+    assert line == "OK b"
+    assert np.array_equal(np.frombuffer(out, np.int8), reference.run(g, {g.inputs[0]: x})[g.outputs[0]].reshape(-1))
+
+
+@pytest.mark.parametrize("name,ok", [("model", True), ("kws", True), ("Net2", True), ("class", False),
+                                     ("Import", False), ("math", False), ("time", False), ("2net", False)])
+def test_micropython_check_name(name, ok):
+    if ok:
+        micropython.check_name(name)
+    else:
+        with pytest.raises(CuvilError, match="Python identifier"):
+            micropython.check_name(name)
+
+
+# ---------------------------------------------------------------------------
+# Zephyr
+
+FAKE_ZEPHYR = HERE / "fake_zephyr"
+SAMPLE = ROOT / "firmware_examples" / "zephyr"
+
+
+def kconfig_entries(text: str) -> dict:
+    """A small structural check of Kconfig syntax: every config/menuconfig has
+    an indented type line; choice/endchoice and if/endif balance. Returns
+    symbol -> its (stripped) property lines."""
+    entries, cur, stack = {}, None, []
+    for ln in text.splitlines():
+        if not ln.strip() or ln.lstrip().startswith("#"):
+            continue
+        if not ln[0].isspace():
+            word = ln.split()[0]
+            cur = None
+            if word in ("config", "menuconfig"):
+                cur = entries.setdefault(ln.split()[1], [])
+            elif word in ("choice", "if", "menu"):
+                stack.append(word)
+            elif word in ("endchoice", "endif", "endmenu"):
+                assert stack and stack.pop() == word[3:], f"unbalanced {word}"
+            else:
+                assert word in ("source", "rsource", "osource", "comment", "mainmenu"), f"unknown Kconfig word {word}"
+        elif cur is not None:
+            cur.append(ln.strip())
+    assert not stack, f"unclosed {stack}"
+    for sym, props in entries.items():
+        types = [p for p in props if p.split()[0] in ("bool", "string", "int", "hex", "tristate")]
+        assert len(types) == 1, f"{sym}: {len(types)} type lines"
+    return entries
+
+
+def test_zephyr_layout(compiled, tmp_path):
+    c = compiled["int8"]
+    files = zephyr.emit(c, tmp_path)
+    root = tmp_path / "zephyr" / "model"
+    assert sorted(p.relative_to(root).as_posix() for p in files) == sorted(
+        ["zephyr/module.yml", "CMakeLists.txt", "Kconfig", "include/model.h", "include/cuvil_model.h",
+         "src/model.c", "README.md"])
+    write(files, tmp_path)
+    yaml = pytest.importorskip("yaml")
+    meta = yaml.safe_load(files[root / "zephyr" / "module.yml"])
+    assert meta["name"] == "cuvil_model"
+    assert (root / meta["build"]["cmake"] / "CMakeLists.txt").is_file()
+    assert (root / meta["build"]["kconfig"]).is_file()
+    cm = [ln.strip() for ln in files[root / "CMakeLists.txt"].splitlines() if ln.strip() and not ln.startswith("#")]
+    assert cm[0] == "if(CONFIG_CUVIL_MODEL_MODEL)" and cm[-1] == "endif()"
+    assert "zephyr_library_named(cuvil_model)" in cm and "zephyr_include_directories(include)" in cm
+    srcs = [re.fullmatch(r"zephyr_library_sources\((.*)\)", ln) for ln in cm]
+    srcs = [s.group(1) for s in srcs if s]
+    assert srcs == ["src/model.c"] and (root / srcs[0]).is_file()
+    k = kconfig_entries(files[root / "Kconfig"])
+    assert "bool" in k["CUVIL_MODEL_MODEL"][0]
+    for choice in ("BSS", "NOINIT", "DTCM", "CUSTOM"):
+        assert any(p.startswith("bool") for p in k[f"CUVIL_MODEL_MODEL_ARENA_{choice}"])
+    assert "depends on $(dt_chosen_enabled,zephyr,dtcm)" in k["CUVIL_MODEL_MODEL_ARENA_DTCM"]
+    assert any(p.startswith("string") for p in k["CUVIL_MODEL_MODEL_ARENA_SECTION"])
+    src = files[root / "src" / "model.c"]
+    assert "#define MODEL_IMPLEMENTATION" in src and "CONFIG_CUVIL_MODEL_MODEL_ARENA_SECTION" in src
+    # the README's command names the board's Zephyr name
+    cb = compile_model(two_io_model(), board="nucleo-f746zg", name="kws")
+    readme = zephyr.emit(cb, tmp_path)[tmp_path / "zephyr" / "kws" / "README.md"]
+    assert "west build -b nucleo_f746zg <app> -- -DZEPHYR_EXTRA_MODULES=" in readme
+    assert "CONFIG_CUVIL_MODEL_KWS=y" in readme
+
+
+@pytest.mark.parametrize("placement,section", [("BSS", None), ("NOINIT", ".noinit.cuvil_model_arena"),
+                                               ("DTCM", ".dtcm_bss.cuvil_model_arena"), ("CUSTOM", ".sram2")])
+def test_zephyr_module_compiles(compiled, tmp_path, placement, section):
+    c = compiled["int8"]
+    write(zephyr.emit(c, tmp_path), tmp_path)
+    root = tmp_path / "zephyr" / "model"
+    defs = [f"-DCONFIG_CUVIL_MODEL_MODEL=1", f"-DCONFIG_CUVIL_MODEL_MODEL_ARENA_{placement}=1"]
+    if section:
+        defs.append(f'-DCONFIG_CUVIL_MODEL_MODEL_ARENA_SECTION="{section}"')
+    obj = tmp_path / "model.o"
+    cc([*WARN, "-pedantic", *defs, "-I", root / "include", "-c", root / "src" / "model.c", "-o", obj])
+    if section:
+        assert section.encode() + b"\0" in obj.read_bytes(), f"arena not in section {section}"
+
+
+@pytest.mark.parametrize("kind", ["int8", "float"])
+def test_zephyr_sample_runs(compiled, tmp_path, kind):
+    """firmware_examples/zephyr/src/main.c + the module's C, on the host with the
+    stand-in kernel: prints output 0 (x1000) as the reference computes it."""
+    c = compiled[kind]
+    g = c.graph
+    write(zephyr.emit(c, tmp_path), tmp_path)
+    root = tmp_path / "zephyr" / "model"
+    inc = ["-I", root / "include", "-I", FAKE_ZEPHYR]
+    objs = []
+    for src, flags in ((root / "src" / "model.c", ["-DCONFIG_CUVIL_MODEL_MODEL_ARENA_BSS=1"]),
+                       (SAMPLE / "src" / "main.c", []), (FAKE_ZEPHYR / "kernel_host.c", [])):
+        o = tmp_path / (src.stem + ".o")
+        cc([*WARN, "-pedantic", *flags, *inc, "-c", src, "-o", o])
+        objs.append(o)
+    exe = tmp_path / "sample"
+    cc([*objs, "-o", exe, "-lm"])
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"output 0 \((\d+) values, x1000\):([-\d ]+)", r.stdout)
+    assert m, r.stdout
+    got = np.array(m.group(2).split(), dtype=np.int64)
+    assert "model_run:" in r.stdout and " cycles, " in r.stdout
+    # the sample's input pattern, computed independently
+    t0 = g.tensors[g.inputs[0]]
+    pat = (((np.arange(t0.size) % 17) - 8) / np.float32(8)).astype(np.float32)
+    if t0.dtype == "float32":
+        x = pat.reshape(t0.shape)
+    else:
+        s, z = np.float32(t0.quant.scale[0]), int(t0.quant.zero_point[0])
+        x = np.clip(np.rint(pat / s) + z, -128, 127).astype(t0.dtype).reshape(t0.shape)
+    feeds = {n: np.zeros(g.tensors[n].shape, g.tensors[n].dtype) for n in g.inputs}
+    feeds[g.inputs[0]] = x
+    y = reference.run(g, feeds)[g.outputs[0]].reshape(-1)
+    to = g.tensors[g.outputs[0]]
+    if to.dtype != "float32":
+        y = (y.astype(np.int32) - int(to.quant.zero_point[0])).astype(np.float32) * np.float32(to.quant.scale[0])
+    want = np.rint(y.astype(np.float32) * np.float32(1000)).astype(np.int64)[:16]
+    assert int(m.group(1)) == to.size and len(got) == len(want)
+    if to.dtype == "float32":
+        assert np.abs(got - want).max() <= 1, (got, want)
+    else:
+        assert np.array_equal(got, want), (got, want)
+        assert f"argmax {int(np.argmax(want))}" in r.stdout
+
+
+def test_zephyr_sample_files():
+    conf = (SAMPLE / "prj.conf").read_text().splitlines()
+    assert "CONFIG_CUVIL_MODEL_MODEL=y" in conf
+    assert all(re.fullmatch(r"CONFIG_[A-Z0-9_]+=.+", ln) for ln in conf if ln and not ln.startswith("#"))
+    cm = (SAMPLE / "CMakeLists.txt").read_text()
+    assert "find_package(Zephyr REQUIRED HINTS $ENV{ZEPHYR_BASE})" in cm
+    assert "target_sources(app PRIVATE src/main.c)" in cm
+    main = (SAMPLE / "src" / "main.c").read_text()
+    assert "k_cycle_get_32()" in main and "model_run(model_arena)" in main
+    readme = (SAMPLE / "README.md").read_text()
+    from cuvil_mcu import boards
+    assert "-- -DZEPHYR_EXTRA_MODULES=$(realpath out/zephyr/model)" in readme
+    assert "west build -b nucleo_f746zg " in readme and "west build -b native_sim " in readme
+    for b in boards.all_boards().values():
+        if b.zephyr_board:
+            assert f"| {b.id} | `{b.zephyr_board}` |" in readme, b.id
+
+
+@pytest.mark.parametrize("name,ok", [("model", True), ("kws_2", True), ("Net", True), ("2net", False),
+                                     ("my-net", False), ("na.me", False)])
+def test_zephyr_check_name(name, ok):
+    if ok:
+        zephyr.check_name(name)
+    else:
+        with pytest.raises(CuvilError, match="Kconfig symbol"):
+            zephyr.check_name(name)
+
+
+# ---------------------------------------------------------------------------
+# PlatformIO
+
+STR, LIST_STR = "str", "list[str]"
+# The library.json fields PlatformIO documents (docs.platformio.org, "library.json"),
+# with their types: "a|b" = either.
+PIO_FIELDS = {
+    "name": STR, "version": STR, "description": STR, "keywords": f"{STR}|{LIST_STR}",
+    "homepage": STR, "license": STR, "authors": "dict|list[dict]", "repository": "dict",
+    "frameworks": f"{STR}|{LIST_STR}", "platforms": f"{STR}|{LIST_STR}", "headers": f"{STR}|{LIST_STR}",
+    "dependencies": "dict|list[dict]", "examples": f"{STR}|{LIST_STR}|list[dict]", "export": "dict",
+    "build": "dict", "scripts": "dict", "system": f"{STR}|{LIST_STR}",
+}
+PIO_BUILD = {"flags": f"{STR}|{LIST_STR}", "unflags": f"{STR}|{LIST_STR}", "includeDir": STR, "srcDir": STR,
+             "srcFilter": f"{STR}|{LIST_STR}", "extraScript": STR, "libArchive": "bool",
+             "libLDFMode": STR, "libCompatMode": STR, "builder": STR}
+PIO_EXPORT = {"include": f"{STR}|{LIST_STR}", "exclude": f"{STR}|{LIST_STR}"}
+PIO_EXAMPLE = {"name": STR, "base": STR, "files": LIST_STR}
+
+
+def _is(v, spec: str) -> bool:
+    checks = {"str": lambda x: isinstance(x, str), "bool": lambda x: isinstance(x, bool),
+              "dict": lambda x: isinstance(x, dict),
+              "list[str]": lambda x: isinstance(x, list) and all(isinstance(i, str) for i in x),
+              "list[dict]": lambda x: isinstance(x, list) and all(isinstance(i, dict) for i in x)}
+    return any(checks[s](v) for s in spec.split("|"))
+
+
+def validate_library_json(data: dict, root: Path) -> None:
+    for k in ("name", "version"):
+        assert k in data, f"library.json: '{k}' is required"
+    for where, fields, obj in (("", PIO_FIELDS, data), ("build.", PIO_BUILD, data.get("build", {})),
+                               ("export.", PIO_EXPORT, data.get("export", {}))):
+        for k, v in obj.items():
+            assert k in fields, f"library.json: unknown field {where}{k}"
+            assert _is(v, fields[k]), f"library.json: {where}{k} must be {fields[k]}, is {v!r}"
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", data["name"]) and len(data["name"]) <= 100
+    assert re.fullmatch(r"\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?", data["version"]), "version must be semver"
+    assert len(data.get("description", "")) <= 1000
+    for e in data.get("examples", []):
+        if isinstance(e, dict):
+            assert set(e) <= set(PIO_EXAMPLE) and all(_is(e[k], PIO_EXAMPLE[k]) for k in e)
+            assert all((root / e["base"] / f).is_file() for f in e["files"])
+    b = data.get("build", {})
+    assert (root / b.get("includeDir", "include")).is_dir() and (root / b.get("srcDir", "src")).is_dir()
+    for h in [data["headers"]] if isinstance(data.get("headers"), str) else data.get("headers", []):
+        assert (root / b.get("includeDir", "include") / h).is_file()
+    for p in data.get("export", {}).get("include", []):
+        assert (root / p).exists(), f"export.include {p} does not exist"
+
+
+def test_platformio_library(compiled, tmp_path):
+    import configparser
+    c = compile_model(two_io_model(), board="nucleo-f746zg")
+    files = platformio.emit(c, tmp_path)
+    root = tmp_path / "platformio" / "model"
+    assert sorted(p.relative_to(root).as_posix() for p in files) == sorted(
+        ["library.json", "include/model.h", "src/model.c", "examples/platformio.ini", "examples/src/main.cpp",
+         "README.md"])
+    write(files, tmp_path)
+    data = json.loads(files[root / "library.json"])
+    validate_library_json(data, root)
+    assert data["name"] == "cuvil-model" and data["headers"] == "model.h"
+    assert "arena" in data["description"]
+    ini = configparser.ConfigParser()
+    ini.read_string(files[root / "examples" / "platformio.ini"])
+    env = ini["env:nucleo_f746zg"]
+    assert env["platform"] == "ststm32" and env["board"] == c.board.platformio_board
+    assert env["framework"] == "arduino"
+    dep = env["lib_deps"].strip()
+    assert dep.startswith("symlink://")
+    assert (root / "examples" / dep[len("symlink://"):] / "library.json").is_file()
+    readme = files[root / "README.md"]
+    assert "pio run -e nucleo_f746zg" in readme and "board = nucleo_f746zg" in readme
+    # the other boards: a PlatformIO platform for every platformio_board
+    from cuvil_mcu import boards
+    for b in boards.all_boards().values():
+        plat, board, fw = platformio.platform_of(compile_model(two_io_model(), board=b.id))
+        assert board == b.platformio_board and "<" not in plat, b.id
+        assert (fw is None) == (plat == "native")
+
+
+@pytest.mark.parametrize("kind", ["int8", "float"])
+def test_platformio_example_runs_native(compiled, tmp_path, kind):
+    """The example's host ("native") branch, built as PlatformIO would (the
+    library's .c as C, main.cpp as C++), prints the reference's output."""
+    c = compiled[kind]
+    g = c.graph
+    write(platformio.emit(c, tmp_path), tmp_path)
+    root = tmp_path / "platformio" / "model"
+    ini = (root / "examples" / "platformio.ini").read_text()
+    assert "[env:native]" in ini and "platform = native" in ini
+    lib_o, main_o, exe = tmp_path / "lib.o", tmp_path / "main.o", tmp_path / "ex"
+    cc([*WARN, "-pedantic", "-O2", "-I", root / "include", "-c", root / "src" / "model.c", "-o", lib_o])
+    r = subprocess.run(["g++", "-Wall", "-Wextra", "-Werror", "-std=c++11", "-I", str(root / "include"), "-c",
+                        str(root / "examples" / "src" / "main.cpp"), "-o", str(main_o)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    subprocess.run(["g++", str(lib_o), str(main_o), "-o", str(exe), "-lm"], check=True)
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = np.array(re.search(r"output 0:([-\d. ]+)", r.stdout).group(1).split(), dtype=np.float64)
+    t0 = g.tensors[g.inputs[0]]
+    pat = (((np.arange(t0.size) % 17) - 8) / np.float32(8)).astype(np.float32)
+    if t0.dtype == "float32":
+        x = pat.reshape(t0.shape)
+    else:
+        s, z = np.float32(t0.quant.scale[0]), int(t0.quant.zero_point[0])
+        x = np.clip(np.rint(pat / s) + z, -128, 127).astype(t0.dtype).reshape(t0.shape)
+    feeds = {n: np.zeros(g.tensors[n].shape, g.tensors[n].dtype) for n in g.inputs}
+    feeds[g.inputs[0]] = x
+    y = reference.run(g, feeds)[g.outputs[0]].reshape(-1)
+    to = g.tensors[g.outputs[0]]
+    if to.dtype != "float32":
+        y = (y.astype(np.int32) - int(to.quant.zero_point[0])) * float(to.quant.scale[0])
+    np.testing.assert_allclose(got, y[:16], atol=6e-5, rtol=1e-4)
+    assert "model_run: " in r.stdout
+
+
+def test_platformio_zephyr_framework_files(tmp_path):
+    c = compile_model(two_io_model(), board="mimxrt1060-evk")
+    files = platformio.emit(c, tmp_path)
+    root = tmp_path / "platformio" / "model" / "examples"
+    assert "framework = zephyr" in files[root / "platformio.ini"]
+    assert "target_sources(app PRIVATE ../src/main.cpp)" in files[root / "zephyr" / "CMakeLists.txt"]
+    # main.cpp's Zephyr branch compiles (C++) against the stand-in kernel
+    write(files, tmp_path)
+    r = subprocess.run(["g++", "-Wall", "-Wextra", "-Werror", "-std=c++11", "-D__ZEPHYR__", "-I",
+                        str(tmp_path / "platformio" / "model" / "include"), "-I", str(FAKE_ZEPHYR), "-c",
+                        str(root / "src" / "main.cpp"), "-o", str(tmp_path / "m.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_platformio_arduino_branch_compiles(compiled, tmp_path):
+    """main.cpp's Arduino branch compiles (C++) against a stand-in <Arduino.h>."""
+    for c in compiled.values():
+        write(platformio.emit(c, tmp_path), tmp_path)
+        root = tmp_path / "platformio" / "model"
+        r = subprocess.run(["g++", "-Wall", "-Wextra", "-Werror", "-std=c++11", "-DARDUINO=10819", "-I",
+                            str(root / "include"), "-I", str(HERE / "fake_arduino"), "-c",
+                            str(root / "examples" / "src" / "main.cpp"), "-o", str(tmp_path / "m.o")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("name,ok", [("model", True), ("kws_2", True), ("Net", True), ("my.net", False),
+                                     ("_x", False), ("a" * 95, False)])
+def test_platformio_check_name(name, ok):
+    if ok:
+        platformio.check_name(name)
+    else:
+        with pytest.raises(CuvilError, match="PlatformIO library name"):
+            platformio.check_name(name)
+
+
+# ---------------------------------------------------------------------------
+# the command line
+
+ENV = dict(os.environ, PYTHONHASHSEED="0")
+ENV.pop("CUVIL_DEBUG", None)
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "cuvil_mcu.cli", *map(str, args)], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+
+
+def tree(d: Path) -> dict:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_cli_emit_all(tmp_path):
+    onnx.save(two_io_model(), tmp_path / "m.onnx")
+    outs = []
+    for run in ("a", "b"):
+        r = cli("gen", tmp_path / "m.onnx", "--board", "nucleo-f746zg", "--emit", "micropython,zephyr,platformio",
+                "-o", tmp_path / run)
+        assert r.returncode == 0, r.stderr
+        outs.append(tree(tmp_path / run))
+    assert outs[0] == outs[1], "gen --emit is not deterministic"
+    names = set(outs[0])
+    assert {"model.h", "micropython/cuvilmodel/modcuvilmodel.c", "micropython/cuvilmodel/micropython.mk",
+            "zephyr/model/zephyr/module.yml", "zephyr/model/src/model.c", "platformio/model/library.json",
+            "platformio/model/examples/platformio.ini"} <= names
+    assert outs[0]["micropython/cuvilmodel/model.h"] == outs[0]["model.h"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--emit", "micropython,cmake"], ["unknown target", "cmake", "micropython", "zephyr", "platformio"]),
+    (["--emit", "micropython", "--name", "Class"], ["'class'", "Python identifier", "keyword"]),
+    (["--emit", "micropython", "--name", "math"], ["'math'", "built-in module"]),
+    (["--emit", "zephyr,platformio", "--name", "my-net"], ["my-net"]),
+])
+def test_cli_bad_emit(tmp_path, args, words):
+    onnx.save(two_io_model(), tmp_path / "m.onnx")
+    out = tmp_path / "out"
+    r = cli("gen", tmp_path / "m.onnx", *args, "-o", out)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cuvil-mcu: error: "), r.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert not out.exists() or not any(out.rglob("*")), "files written after an error"
+
+
+def test_micropython_firmware_example():
+    d = ROOT / "firmware_examples" / "micropython"
+    readme = (d / "README.md").read_text()
+    assert "make -C ports/unix USER_C_MODULES=/abs/path/to/out/micropython" in readme
+    assert ("make -C ports/rp2 BOARD=RPI_PICO USER_C_MODULES=/abs/path/to/out/micropython/cuvilmodel/"
+            "micropython.cmake") in readme
+    src = (d / "main.py").read_text()
+    compile(src, "main.py", "exec")
+    assert "import cuvilmodel" in src and "cuvilmodel.run(" in src
+
+
+def test_micropython_int8_two_io(tmp_path):
+    """Several quantized inputs/outputs: attributes become tuples (None where
+    an input carries no quantization), run(x0, x1) returns a tuple."""
+    x = np.random.default_rng(0).standard_normal((8, 2, 7)).astype(np.float32)
+    c = compile_model(two_io_model(), quantize="int8", calibration={"a": x, "b": x}, io="int8")
+    g = c.graph
+    exe, _ = mpy_build(c, tmp_path)
+    a = mpy_attrs(exe)
+    t = [g.tensors[n] for n in g.inputs + g.outputs]
+    assert a["input_shape"] == (t[0].shape, t[1].shape) and a["output_shape"] == (t[2].shape, t[3].shape)
+    for key, ts in (("input", t[:2]), ("output", t[2:])):
+        scales = tuple(None if u.quant is None else float(np.float32(u.quant.scale[0])) for u in ts)
+        zps = tuple(None if u.quant is None else int(u.quant.zero_point[0]) for u in ts)
+        assert tuple(None if v is None else float(np.float32(v)) for v in a[f"{key}_scale"]) == scales
+        assert a[f"{key}_zero_point"] == zps
+    rng = np.random.default_rng(1)
+    xs = [rng.integers(-128, 128, u.shape).astype(np.int8) for u in t[:2]]
+    ref = reference.run(g, dict(zip(g.inputs, xs)))
+    line, out = mpy_run(exe, tmp_path, "array:b", xs)
+    assert line == "OK tuple b b", line
+    want = np.concatenate([ref[n].reshape(-1) for n in g.outputs])
+    assert np.array_equal(np.frombuffer(out, np.int8), want)
