@@ -70,6 +70,8 @@ def cmd_gen(args) -> int:
     out = Path(args.output)
     files: dict[Path, str | bytes] = {out / f"{c.prefix}.h": c.header}
     files.update(integrations.emit_all(emitters, c, out, args.name))
+    from .sim import firmware
+    files.update(firmware.project(c, out))  # Cortex-M boards: main.c, startup.c, linker.ld, Makefile, ...
     if args.plan_out:
         files[Path(args.plan_out)] = c.plan.to_json()
         if c.calibration is not None:
@@ -143,9 +145,7 @@ def cmd_run(args) -> int:
         build_kw = {"cc": qemu_user.compiler(c.board), "cflags": list(c.board.cflags)}
         runner = qemu_user.command(c.board)
     elif c.board.id != "host" and c.board.sim:
-        from .errors import ToolError
-        raise ToolError(f"board '{c.board.id}' runs through the simulator, which this version does not have yet; "
-                        f"use --board host")
+        return _run_firmware(args, c, inputs, stacked)  # Cortex-M: the `sim` path (sim/qemu.py)
     exe = host.build(c.header, c.prefix, [t.nbytes for t in map(c.graph.tensors.get, c.graph.inputs)],
                      [t.nbytes for t in map(c.graph.tensors.get, c.graph.outputs)], **build_kw)
     outs = host.run(exe, inputs, c.out_specs, inputs[0].shape[0], runner=runner)
@@ -167,6 +167,43 @@ def cmd_run(args) -> int:
     if args.output:
         print(f"wrote {args.output}")
     return 0
+
+
+def _save_outputs(dest: Path, names: list[str], outs: list[np.ndarray]) -> None:
+    import io
+    buf = io.BytesIO()
+    if dest.suffix == ".npz" or len(outs) > 1:
+        np.savez(buf, **dict(zip(names, outs)))
+    else:
+        np.save(buf, outs[0])
+    _write_atomic({dest: buf.getvalue()})
+
+
+def _run_firmware(args, c, inputs, stacked) -> int:
+    """Bare-metal firmware on QEMU: outputs vs the host reference, instructions,
+    ELF sizes vs the board budget. Exit 1 on a mismatch."""
+    from .sim import qemu
+    r = qemu.simulate(c, inputs, c.board, timeout=args.timeout)
+    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, inputs), c.graph.outputs)
+    outs = r.outputs if stacked else [o[0] for o in r.outputs]
+    if args.output:
+        _save_outputs(Path(args.output), c.graph.outputs, outs)
+    for line in qemu.report(c, r, cmp):
+        print(line)
+    if args.output:
+        print(f"wrote    {args.output}")
+    return 0 if cmp.ok else 1
+
+
+def cmd_sim(args) -> int:
+    from .sim import qemu
+    if args.simulator == "renode":
+        from .integrations import renode
+        return renode.cli_sim(args, _compile, load_inputs)
+    qemu.sim_board(args.board)  # unknown board / no simulator: fail before compiling
+    c = _compile(args)
+    inputs, stacked = load_inputs(args.input, c)
+    return _run_firmware(args, c, inputs, stacked)
 
 
 def cmd_boards(args) -> int:
@@ -238,7 +275,20 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--input", "-i", required=True, help=".npy (one input; samples may be stacked on a new "
                                                          "leading axis) or .npz keyed by input name")
     r.add_argument("-o", "--output", help="where to save outputs (.npy, or .npz for several)")
+    r.add_argument("--timeout", type=float, default=120.0, help="simulator time limit in seconds (default 120)")
     r.set_defaults(fn=cmd_run)
+    s = sub.add_parser("sim", help="run the model as bare-metal firmware on an emulated Cortex-M (QEMU): "
+                                   "outputs vs the host reference, instructions per inference, firmware size")
+    _common(s)
+    s.set_defaults(board="qemu-mps2-an386")
+    s.add_argument("--input", "-i", required=True, help=".npy (one input; samples may be stacked on a new "
+                                                         "leading axis) or .npz keyed by input name")
+    s.add_argument("-o", "--output", help="where to save the simulator's outputs (.npy, or .npz for several)")
+    s.add_argument("--simulator", choices=("qemu", "renode"), default="qemu",
+                   help="qemu (default; boards with a [sim] table) or renode (boards with a [renode] table; "
+                        "needs renode-test on PATH)")
+    s.add_argument("--timeout", type=float, default=120.0, help="simulator time limit in seconds (default 120)")
+    s.set_defaults(fn=cmd_sim)
     b = sub.add_parser("boards", help="list the boards")
     b.set_defaults(fn=cmd_boards)
     o = sub.add_parser("ops", help="list the supported ONNX ops by family")

@@ -58,16 +58,18 @@ def build(header: str, prefix: str, in_bytes: list[int], out_bytes: list[int],
 
 
 def run(exe: Path, inputs: list[np.ndarray], out_specs: list[tuple[tuple[int, ...], str]],
-        samples: int) -> list[np.ndarray]:
+        samples: int, runner: list[str] | None = None) -> list[np.ndarray]:
     """inputs: per model input, an array of shape (samples, *input_shape) in
-    the input's dtype. Returns per output (samples, *output_shape)."""
+    the input's dtype. Returns per output (samples, *output_shape). runner:
+    a command prefix the executable runs under (e.g. qemu-user, sim/qemu_user.py)."""
     with tempfile.TemporaryDirectory() as tmp:
         fin, fout = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
         with open(fin, "wb") as f:
             for s in range(samples):
                 for x in inputs:
                     f.write(np.ascontiguousarray(x[s]).tobytes())
-        r = subprocess.run([str(exe), str(fin), str(fout), str(samples)], capture_output=True, text=True)
+        r = subprocess.run([*(runner or []), str(exe), str(fin), str(fout), str(samples)],
+                           capture_output=True, text=True)
         if r.returncode != 0:
             raise ToolError(f"generated code failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
         raw = fout.read_bytes()

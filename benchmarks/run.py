@@ -1,0 +1,119 @@
+"""Per shared int8 model and QEMU board: MACs, instructions per inference,
+instructions per MAC, arena, firmware text+rodata, next to TensorFlow Lite
+Micro's figures (../shared/models/README.md, CMSIS-NN build, mps2-an386).
+
+    python benchmarks/run.py                       # an386 and an547, all models
+    python benchmarks/run.py --boards qemu-mps2-an386,qemu-mps2-an385 --models kws_dscnn,ic_resnet8
+    python benchmarks/run.py --markdown            # also the table for docs/benchmarks.md
+
+Method: the bare-metal firmware `cuvil-mcu sim` builds (arm-none-eabi-gcc -O2,
+the board's cflags), QEMU -icount shift=0, SysTick read around <prefix>_run:
+instructions = ticks x the board's insn_per_tick, within one tick; the
+median over the 8 samples of samples_int8.npz. Outputs are checked against
+the host reference on every run (a mismatch is marked in the table). text =
+code + rodata of the whole firmware (weights included, samples excluded), as
+TFLM's text column counts its whole firmware.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+import shared_models as sm  # noqa: E402
+from cuvil_mcu.compiler import compile_model  # noqa: E402
+from cuvil_mcu.errors import CuvilError  # noqa: E402
+from cuvil_mcu.sim import qemu  # noqa: E402
+
+DEFAULT_BOARDS = ["qemu-mps2-an386", "qemu-mps3-an547"]
+
+
+def _num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def tflm_table() -> dict[str, dict]:
+    """model -> {instructions, per_mac, arena, text} from the TFLM table of
+    ../shared/models/README.md."""
+    out: dict[str, dict] = {}
+    text = (sm.SHARED / "README.md").read_text()
+    start = text.find("## What TensorFlow Lite Micro needs")
+    for line in text[start:].splitlines():
+        m = re.match(r"\|\s*(\w+)\s*\|\s*([\d,]+)\s*\|\s*([\d.]+)\s*\|\s*([\d,]+)\s*\|\s*([\d,]+)\s*\|", line)
+        if m and m.group(1) not in out:
+            out[m.group(1)] = {"instructions": int(_num(m.group(2))), "per_mac": _num(m.group(3)),
+                               "arena": int(_num(m.group(4))), "text": int(_num(m.group(5)))}
+    return out
+
+
+def measure(name: str, board: str) -> dict:
+    c = compile_model(str(sm.model_path(name)), board=board)
+    g = c.graph
+    x = sm.samples(name)["inputs"]
+    x = x.reshape((x.shape[0],) + g.tensors[g.inputs[0]].shape)
+    r = qemu.simulate(c, x, board)
+    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, x), g.outputs)
+    return {"macs": c.macs, "instructions": r.instructions, "per_mac": r.instructions / c.macs,
+            "arena": c.plan.arena_size, "text": r.text, "weights": c.weights_bytes, "exact": cmp.ok,
+            "warnings": r.warnings.count("warning:")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--boards", default=",".join(DEFAULT_BOARDS))
+    ap.add_argument("--models", default=",".join(sm.NAMES))
+    ap.add_argument("--markdown", action="store_true", help="also print the markdown table for docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    boards = [b for b in args.boards.split(",") if b]
+    names = [n for n in args.models.split(",") if n]
+    tflm = tflm_table()
+    rows = []
+    head = f"{'model':22s} {'board':16s} {'MACs':>11s} {'instr/inf':>12s} {'instr/MAC':>9s} {'arena':>8s} " \
+           f"{'text+ro':>8s} {'weights':>8s} | {'TFLM i/MAC':>10s} {'TFLM arena':>10s} {'TFLM text':>9s}"
+    print(head)
+    print("-" * len(head))
+    for name in names:
+        t = tflm.get(name, {})
+        for board in boards:
+            try:
+                m = measure(name, board)
+            except CuvilError as e:
+                first = str(e).splitlines()[0]
+                print(f"{name:22s} {board:16s} error: {first[:120]}", flush=True)
+                rows.append((name, board, None, t))
+                continue
+            mark = "" if m["exact"] else "  MISMATCH"
+            print(f"{name:22s} {board:16s} {m['macs']:>11,} {m['instructions']:>12,} {m['per_mac']:>9.3f} "
+                  f"{m['arena']:>8,} {m['text']:>8,} {m['weights']:>8,} | {t.get('per_mac', float('nan')):>10.2f} "
+                  f"{t.get('arena', 0):>10,} {t.get('text', 0):>9,}{mark}", flush=True)
+            rows.append((name, board, m, t))
+    if args.markdown:
+        cmd = "python benchmarks/run.py --markdown" + (
+            f" --boards {shlex.quote(args.boards)}" if boards != DEFAULT_BOARDS else "") + (
+            f" --models {shlex.quote(args.models)}" if names != sm.NAMES else "")
+        print()
+        print(f"Command: `{cmd}` (QEMU -icount shift=0, SysTick; arm-none-eabi-gcc -O2; median of 8 samples). "
+              f"TFLM: CMSIS-NN build on mps2-an386, from ../shared/models/README.md.")
+        print()
+        print("| model | board | MACs | instructions / inference | instructions / MAC | arena (B) | "
+              "text+rodata (B) | weights (B) | TFLM instr / MAC | TFLM arena (B) | TFLM text (B) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, board, m, t in rows:
+            tf = (f"{t['per_mac']:.2f} | {t['arena']:,} | {t['text']:,}" if t else "- | - | -")
+            if m is None:
+                print(f"| {name} | {board} | error | | | | | | {tf} |")
+                continue
+            flag = "" if m["exact"] else " (outputs differ!)"
+            print(f"| {name} | {board} | {m['macs']:,} | {m['instructions']:,}{flag} | {m['per_mac']:.3f} | "
+                  f"{m['arena']:,} | {m['text']:,} | {m['weights']:,} | {tf} |")
+    bad = [r for r in rows if r[2] is None or not r[2]["exact"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
