@@ -17,7 +17,11 @@ def test_wheel_ships_every_template_and_board(tmp_path):
     templates = sorted(p.relative_to(ROOT / "templates").as_posix() for p in (ROOT / "templates").rglob("*.j2"))
     boards = sorted(p.name for p in (ROOT / "boards").glob("*.toml"))
     assert templates and boards
+    firmware = sorted(p.relative_to(ROOT / "firmware_examples" / "baremetal").as_posix()
+                      for p in (ROOT / "firmware_examples" / "baremetal").glob("*.[ch]"))
+    assert firmware
     missing = [t for t in templates if f"cuvil_mcu/_templates/{t}" not in names]
+    missing += [f for f in firmware if f"cuvil_mcu/_firmware/baremetal/{f}" not in names]
     missing += [b for b in boards if f"cuvil_mcu/_boards/{b}" not in names]
     assert not missing, f"not in the wheel: {missing}"
     assert any(n.endswith("entry_points.txt") for n in names)
