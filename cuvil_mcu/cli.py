@@ -213,7 +213,7 @@ def cmd_boards(args) -> int:
         isa = ",".join(k for k, v in sorted(b.isa.items()) if v) or "-"
         ram = f"{b.ram // 1024} KB" if b.ram else "-"
         flash = f"{b.flash // 1024} KB" if b.flash else "-"
-        sim = b.sim.get("qemu_machine", "") if b.sim else ""
+        sim = (b.sim.get("qemu_machine") or b.sim.get("qemu", "")) if b.sim else ""
         rows.append((b.id, b.core, isa, ram, flash, sim, b.name))
     head = ("board", "core", "isa", "RAM", "flash", "qemu", "name")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]

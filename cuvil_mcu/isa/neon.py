@@ -1,0 +1,138 @@
+"""NEON (Advanced SIMD) int8 kernels for Cortex-A boards (isa.neon: armv7-a
+with NEON, aarch64), through arm_neon.h.
+
+Covered (else these return False and the op emits its portable kernel):
+- qconv: QLinearConv / ConvInteger with channels_last = 1 (NHWC), int8 input,
+  weights that fit int8 after their zero point is subtracted; the general
+  kernel (any groups, kernel, stride, dilation, padding: dot products over
+  the contiguous input channels of each tap, over whole kernel rows when the
+  taps of a row are adjacent) and depthwise with channel multiplier 1
+  (8 channels a step);
+- qgemm: the QGemm / QLinearMatMul kernel call with int8 A, a constant int8
+  B (zero points applied at compile time) and unit K strides.
+Not covered (portable kernel): uint8 input, int16 (offset) weights, NCHW,
+depthwise with a channel multiplier > 1, run-time B, transposed A with
+more than one row. Dot products use vmull_s8 + vmlal_s8
+(two int8 products in an int16 lane) + vpadalq_s16 when no weight is -128,
+else vmull_s8 + vpadalq_s16 (one product per int16 lane): both exact. No
+SDOT (vdotq_s32): Cortex-A7 and Cortex-A53 lack it. The general conv and
+the FC layer compute 4 output channels a pass (one load of the input for
+four weight rows). Fixed-point requantization runs 4 lanes at a time
+(requant_fixed_neon: vqshlq / vqrdmulhq / vrshlq with the halves-away
+fixup, bit-exact with the scalar helper); float requantization and the
+tails use the shared scalar helpers, so the results equal the portable
+kernels' bit for bit. Every kernel is guarded by `#if defined(__ARM_NEON)`;
+without NEON its scalar loops compute everything, so the header still
+compiles (and runs) anywhere.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.conv import _border_tables
+from ..ops.qconv import QCONV_FIELDS   # the conv kernels' geo head: the same order as the portable ones
+from ..ops.qgemm import CODES, CTYPES, QGEMM_FIELDS, check_acc, check_index, int32_array, offset_range, offset_weights
+
+
+def _no_min(w: np.ndarray) -> bool:
+    """True when no value is -128, so two int8 x int8 products fit an int16."""
+    return w.size == 0 or int(w.min()) > -128
+
+
+def _requant_helpers(k, mode: str) -> None:
+    """Render the requantization helpers the kernels call, before them: the
+    scalar ones for the tails and, in fixed mode, the 4-lane NEON one."""
+    if mode != "none":
+        k.kernel(f"requant_{mode}")
+    if mode == "fixed":
+        k.kernel("requant_fixed_neon")
+
+
+def emit_qconv(op, node, ins, outs, k, p) -> bool:
+    x, w = ins[op.X], ins[op.W]
+    geo = p.geo
+    if not p.cl or x.dtype != "int8" or len(geo.hw) != 2:
+        return False
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (dh, dw) = geo.strides, geo.dilations
+    (pt, pl) = geo.pad_begin
+    depthwise = geo.cg == 1 and geo.group > 1
+    if depthwise and geo.mg != 1:
+        return False
+    wq = offset_weights(np.asarray(w.data).reshape(geo.m, geo.cg, kh, kw), p.w_zp, 0)
+    if wq.dtype != np.int8:
+        return False
+    wk = wq[:, 0].transpose(1, 2, 0) if depthwise else wq.transpose(0, 2, 3, 1)  # [kh][kw][M] | [M][kh][kw][cg]
+    wsum = wq.astype(np.int64).reshape(geo.m, -1).sum(axis=1)
+    xoff = -p.x_zp
+    bias = p.bias if p.bias is not None else np.zeros(geo.m, np.int64)
+    b2 = int32_array(node, np.concatenate([bias, bias + xoff * wsum]), "bias with the input zero point folded in")
+    taps = geo.cg * kh * kw
+    wmax = int(np.abs(wq.astype(np.int64)).max()) if wq.size else 0
+    check_acc(node, int(np.abs(b2.astype(np.int64)).max())
+              + taps * wmax * max(offset_range(x.dtype, xoff), offset_range(x.dtype, 0)))
+    sx = (h * wd * geo.c, wd * geo.c, geo.c, 1)
+    sy = (oh * ow * geo.m, ow * geo.m, geo.m, 1)
+    oha, ohb, rt = _border_tables(h, oh, kh, sh, dh, pt)
+    owa, owb, ct = _border_tables(wd, ow, kw, sw, dw, pl)
+    vals = dict(nb=geo.n, groups=geo.group, cg=geo.cg, mg=geo.mg, oh_n=oh, ow_n=ow, kh_n=kh, kw_n=kw,
+                sh=sh, sw=sw, pt=pt, pl=pl, oha=oha, ohb=ohb, owa=owa, owb=owb,
+                rt_at=len(QCONV_FIELDS), ct_at=len(QCONV_FIELDS) + len(rt),
+                sxb=sx[0], sxh=sx[1], sxw=sx[2], sxc=sx[3], syb=sy[0], syh=sy[1], syw=sy[2], syc=sy[3],
+                row_step=dh * sx[1], col_step=dw * sx[2], xoff=xoff)
+    vals.update(zip(("yzp", "lo", "hi"), p.rq.geo()))
+    geo_arr = np.array([vals[f] for f in QCONV_FIELDS] + rt + ct, np.int64)
+    check_index(node, geo_arr, geo.n * geo.c * h * wd, geo.n * geo.m * oh * ow)
+    # the taps of a kernel row are adjacent in x (and in w) when a column
+    # step moves by exactly one group's channels
+    merge = not depthwise and vals["col_step"] == geo.cg
+    unused = ["sxc", "syc"] + (["yzp", "lo", "hi"] if p.rq.mode == "none" else [])
+    if depthwise:
+        template, unused = "qdwconv_neon", unused + ["cg"]
+        variant = {}
+    else:
+        template = "qconv_neon"
+        pair = _no_min(wk)
+        unused += ["col_step"] if merge else []
+        variant = {"merge": merge, "pair": pair}
+    name = (f"s8s8{CODES[outs[0].dtype]}_{p.rq.mode}"
+            + ("" if depthwise else ("_run" if merge else "_tap") + ("_x16" if variant["pair"] else "_x8")))
+    _requant_helpers(k, p.rq.mode)
+    fn = k.kernel(template, dict(variant, name=name, yt=CTYPES[outs[0].dtype], rq=p.rq.mode,
+                                 fields=QCONV_FIELDS, unused=unused))
+    wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
+    bsym = k.const(b2, f"{node.name}_bias")
+    g = k.const(geo_arr.astype(np.int32), "qconv_geo")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
+    return True
+
+
+def _const_values(k, symbol: str) -> np.ndarray | None:
+    c = k.consts.get(symbol)
+    return None if c is None else np.asarray(c.data)
+
+
+def emit_qgemm(op, node, ins, outs, k, a) -> bool:
+    at, bt, yt = a["types"]
+    if a["off"] or at != "int8" or bt != "int8" or a["sa"][1] != 1 or a["sb"][1] != 1:
+        return False
+    bvals = _const_values(k, a["b"])   # the constant B, [.., n][kk]
+    if bvals is None:
+        return False
+    rq = a["rq"]
+    c, sc = a["c"], a["sc"]
+    if c is None:
+        c, sc = k.const(np.zeros(1, np.int32), "zero_i32"), (0, 0)
+    batches = [list(map(int, t)) for t in a["batches"]]
+    geo = np.array([len(batches), a["m"], a["n"], a["kk"], a["sa"][0], a["sa"][1], a["sb"][0], a["sb"][1],
+                    sc[0], sc[1], a["aoff"], a["boff"]] + rq.geo() + [v for t in batches for v in t], np.int64)
+    check_index(node, geo)
+    unused = ["sak", "sbk", "aoff", "boff"] + (["yzp", "lo", "hi"] if rq.mode == "none" else [])
+    pair = _no_min(bvals)
+    name = f"s8s8{CODES[yt]}_{rq.mode}" + ("_x16" if pair else "_x8")
+    _requant_helpers(k, rq.mode)
+    fn = k.kernel("qgemm_neon", {"name": name, "yt": CTYPES[yt], "rq": rq.mode, "pair": pair,
+                                 "fields": QGEMM_FIELDS, "unused": unused})
+    g = k.const(geo.astype(np.int32), "qgemm_geo")
+    k.line(f"{fn}({a['y']}, {a['a']}, {a['b']}, {c}, {g}{rq.c_args(k, node.name)});")
+    return True
