@@ -94,6 +94,7 @@ def test_shared_model_on_qemu(name, board):
     if name not in {"micro_speech"}:  # tf2onnx dropped micro_speech's FC bias (test_shared_models.py)
         assert np.array_equal(out.reshape(s["expected_tflm"].shape), s["expected_tflm"])
     assert len(r.ticks) == 8 and min(r.ticks) > 0
+    assert "warning:" not in r.warnings, f"{name} on {board}: the firmware build warned:\n{r.warnings}"
     print(f"\n{name} on {board}: {r.instructions:,} instructions/inference, {r.per_mac:.3f}/MAC, "
           f"text+rodata {r.text:,} B (weights {c.weights_bytes:,}), bss {r.bss:,} B")
 
