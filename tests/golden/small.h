@@ -118,6 +118,13 @@ MODEL_DEF const char *model_status_str(int status);
 #include <math.h>
 #include <string.h>
 
+/* Shared helpers (requantization) that a given model's kernels may not all call. */
+#if defined(__GNUC__) || defined(__clang__)
+#  define MODEL_MAYBE_UNUSED __attribute__((unused))
+#else
+#  define MODEL_MAYBE_UNUSED
+#endif
+
 #ifndef MODEL_WEIGHTS_ATTR
 #  if defined(__GNUC__) || defined(__clang__)
 #    define MODEL_WEIGHTS_ATTR __attribute__((aligned(16)))

@@ -134,6 +134,13 @@ VWW_DEF const char *vww_status_str(int status);
 #include <math.h>
 #include <string.h>
 
+/* Shared helpers (requantization) that a given model's kernels may not all call. */
+#if defined(__GNUC__) || defined(__clang__)
+#  define VWW_MAYBE_UNUSED __attribute__((unused))
+#else
+#  define VWW_MAYBE_UNUSED
+#endif
+
 #ifndef VWW_WEIGHTS_ATTR
 #  if defined(__GNUC__) || defined(__clang__)
 #    define VWW_WEIGHTS_ATTR __attribute__((aligned(16)))
