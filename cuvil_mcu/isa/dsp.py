@@ -1,0 +1,207 @@
+"""int8 kernels for the ARMv7E-M / ARMv8-M DSP extension (Cortex-M4, M7,
+M33), selected by cuvil_mcu.isa when the board has isa.dsp. Templates
+kernels/*_dsp.c.j2 use arm_acle.h (and inline asm for SXTB16 ror #8 and
+SMMULR) under __ARM_FEATURE_DSP, plain-C equivalents elsewhere, so the same
+header is checked bit for bit on the host (tests/test_isa_dsp.py).
+
+Handled (else the functions return False and the portable kernel runs):
+- qconv, general (QLinearConv, NHWC, one group, dilation 1) -> qconv_dsp:
+  2 output pixels x 2 output channels per pass. Per pixel each kernel row
+  is a run of kw*C contiguous bytes (border runs copied to the stack with
+  x_zp for outside taps, so the bias with -x_zp * sum(w) folded in serves
+  every pixel); the runs are split once per pixel pair into halfword pairs
+  (SXTB16 / SXTB16 ror 8) and shared by all output channels; weights are
+  pre-arranged [channel pair][row][4-byte group][2][4] so each weight word
+  is one load + two SXTB16 feeding 4 SMLADs.
+- qconv, depthwise with multiplier 1 (NHWC) -> qdwconv_dsp: 4 channels per
+  word, SMLABB/SMLATT, interior windows unrolled (kh, kw literals).
+- qgemm: the QGemm / QLinearMatMul call with a constant int8 B ([n][kk],
+  zero point subtracted, a_zp folded into the bias) -> qfc_dsp: 4 output
+  channels share each word of A; kk is a literal so B's rows are reached
+  with immediate offsets.
+Not handled (portable kernel): float requantization, uint8 activations or
+outputs, weights that need int16 after the zero point, grouped convolution,
+depthwise multiplier > 1, dilation, ConvInteger / MatMulInteger (int32
+output), run-time B, batched MatMul, NCHW, stack buffers > MAX_STACK.
+
+Requantization (bit-identical to quant.requantize_fixed, tested there):
+- "fast" ({{p}}__rq: SMMULR on 2*acc then a rounding shift) when |acc| <
+  2^30 is guaranteed (|bias'| + K * 128 * max|w|) and every channel shifts
+  right by 1..31;
+- "mid" ({{p}}__rq_mid: one 64-bit multiply, gemmlowp's rounding shift) when
+  no channel shifts left;
+- "fixed": the shared {{p}}__mbqm otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.qgemm import int32_array, offset_weights
+
+QCONV_FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kw_n", "sh", "sw", "pt", "pl", "m_n", "l4", "lt",
+                "gq", "xzp", "yzp", "lo", "hi")
+QDW_FIELDS = ("nb", "oh_n", "ow_n", "h", "w_n", "c", "sh", "sw", "pt", "pl", "xzp", "yzp", "lo", "hi")
+QFC_FIELDS = ("m", "n", "yzp", "lo", "hi")
+MAX_STACK = 4096   # bytes of buffers (border copies, split activations) a conv kernel may put on the stack
+
+
+def requant_fast(acc, mult, e) -> np.ndarray:
+    """What {{p}}__rq computes (int64 numpy): SMMULR(2 acc, mult) =
+    floor((2 acc mult + 2^31) / 2^32), then (s + 2^(e-1) - (s < 0)) >> e.
+    Equal to quant.requantize_fixed(acc, mult, -e) for |acc| < 2^30, e >= 1."""
+    acc = np.asarray(acc, np.int64)
+    mult = np.asarray(mult, np.int64)
+    e = np.asarray(e, np.int64)
+    s = (2 * acc * mult + (np.int64(1) << 31)) >> 32
+    return (s + (np.int64(1) << (e - 1)) - (s < 0)) >> e
+
+
+def requant_mid(acc, mult, e) -> np.ndarray:
+    """What {{p}}__rq_mid computes: floor((acc mult + 2^30) / 2^31), then
+    gemmlowp's rounding divide by 2^e. Equal to quant.requantize_fixed(acc,
+    mult, -e) for any int32 acc, mult >= 0, e in 0..31."""
+    acc = np.asarray(acc, np.int64)
+    e = np.asarray(e, np.int64)
+    s = (acc * np.asarray(mult, np.int64) + (np.int64(1) << 30)) >> 31
+    mask = (np.int64(1) << e) - 1
+    return (s >> e) + ((s & mask) > (mask >> 1) + (s < 0))
+
+
+def _requant(rq, bound: int, channels: int):
+    """(variant, mult, second array) for the kernels' requantization."""
+    mult = np.broadcast_to(np.asarray(rq.mult, np.int32).reshape(-1), (channels,))
+    shift = np.broadcast_to(np.asarray(rq.shift, np.int32).reshape(-1), (channels,))
+    if bound < 2 ** 30 and np.all(shift <= -1) and np.all(shift >= -31):
+        return "fast", mult, (-shift).astype(np.int32)
+    if np.all(shift <= 0) and np.all(shift >= -31) and np.all(mult >= 0):
+        return "mid", mult, (-shift).astype(np.int32)
+    return "fixed", mult, shift.astype(np.int32)
+
+
+def _bucket(n: int, least: int) -> int:
+    """A stack buffer size >= n: least, or n rounded up to a multiple of
+    least (few sizes, so layers share kernel variants: flash)."""
+    return max(least, -(-int(n) // least) * least)
+
+
+def _pad_even(v: np.ndarray) -> np.ndarray:
+    return np.concatenate([v, v[-1:]]) if v.shape[0] % 2 else v
+
+
+def emit_qconv(op, node, ins, outs, k, p) -> bool:
+    x, w = ins[op.X], ins[op.W]
+    geo = p.geo
+    if p.rq.mode != "fixed" or not p.cl or x.dtype != "int8" or outs[0].dtype != "int8":
+        return False
+    if tuple(geo.dilations) != (1, 1) or len(geo.k) != 2:
+        return False
+    if geo.group > 1 and geo.cg == 1 and geo.mg == 1:
+        return _depthwise(node, x, w, outs, k, p)
+    if geo.group != 1:
+        return False
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
+    m, c = geo.m, geo.c
+    ll = kw * c
+    l4, lt = ll // 4, ll % 4
+    gq = l4 + (lt > 0)
+    raw, xe = _bucket(2 * kh * ll, 256), _bucket(4 * kh * gq, 128)      # bytes, int32 words
+    if raw + 4 * xe > MAX_STACK:
+        return False
+    wq = offset_weights(np.asarray(w.data).reshape(m, c, kh, kw), p.w_zp, 0)
+    if wq.dtype != np.int8:
+        return False
+    wr = wq.transpose(0, 2, 3, 1).reshape(m, kh, ll).astype(np.int64)      # [m][r][kw*c]
+    wsum = wr.reshape(m, -1).sum(axis=1)
+    bias = p.bias if p.bias is not None else np.zeros(m, np.int64)
+    folded = bias - p.x_zp * wsum
+    wmax = int(np.abs(wr).max()) if wr.size else 0
+    bound = int(np.abs(folded).max()) + kh * ll * 128 * wmax
+    if bound > 2 ** 31 - 1:
+        return False
+    # [pair][r][g][2 channels][4]: zero past L in each row, a zero channel past M
+    wp = np.zeros((m + m % 2, kh, 4 * gq), np.int64)
+    wp[:m, :, :ll] = wr
+    npair = wp.shape[0] // 2
+    packed = wp.reshape(npair, 2, kh, gq, 4).transpose(0, 2, 3, 1, 4)
+    mode, mult, second = _requant(p.rq, bound, m)
+    yzp, lo, hi = p.rq.zp, p.rq.lo, p.rq.hi
+    vals = dict(nb=geo.n, npx=oh * ow, ow_n=ow, h=h, w_n=wd, c=c, kw_n=kw, sh=sh, sw=sw, pt=pt, pl=pl, m_n=m,
+                l4=l4, lt=lt, gq=gq, xzp=p.x_zp, yzp=yzp, lo=lo, hi=hi)
+    k.kernel("requant_fixed")
+    k.kernel("intrin_dsp")
+    odd_m = m % 2 == 1
+    fn = k.kernel("qconv_dsp", {"name": f"{mode}_k{kh}_{raw}_{xe}" + "_om" * odd_m, "rq": mode,
+                                "kh": kh, "raw": raw, "xe": xe, "odd_m": odd_m, "fields": QCONV_FIELDS})
+    wsym = k.const(packed.astype(np.int8).reshape(-1), f"{w.name}_dsp")
+    bsym = k.const(_pad_even(int32_array(node, folded, "bias with the input zero point folded in")),
+                   f"{node.name}_bias")
+    msym = k.const(_pad_even(np.ascontiguousarray(mult)), f"{node.name}_mult")
+    ssym = k.const(_pad_even(np.ascontiguousarray(second)), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}")
+    gsym = k.const(np.array([vals[f] for f in QCONV_FIELDS], np.int32), "qconv_dsp_geo")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
+    return True
+
+
+def _depthwise(node, x, w, outs, k, p) -> bool:
+    geo = p.geo
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
+    c = geo.c
+    if kh * kw > 25:   # the interior taps are unrolled
+        return False
+    wq = offset_weights(np.asarray(w.data).reshape(c, kh, kw), p.w_zp, 0)
+    if wq.dtype != np.int8:
+        return False
+    wk = wq.astype(np.int64).transpose(1, 2, 0)                      # [kh][kw][c]
+    bias = p.bias if p.bias is not None else np.zeros(c, np.int64)
+    folded = bias - p.x_zp * wk.reshape(-1, c).sum(axis=0)
+    wmax = int(np.abs(wk).max()) if wk.size else 0
+    bound = int(np.abs(folded).max()) + kh * kw * 128 * wmax
+    if bound > 2 ** 31 - 1:
+        return False
+    mode, mult, second = _requant(p.rq, bound, c)
+    vals = dict(nb=geo.n, oh_n=oh, ow_n=ow, h=h, w_n=wd, c=c, sh=sh, sw=sw, pt=pt, pl=pl,
+                xzp=p.x_zp, yzp=p.rq.zp, lo=p.rq.lo, hi=p.rq.hi)
+    k.kernel("requant_fixed")
+    k.kernel("intrin_dsp")
+    fn = k.kernel("qdwconv_dsp", {"name": f"{mode}_{kh}x{kw}", "rq": mode, "kh": kh, "kw": kw, "fields": QDW_FIELDS})
+    wsym = k.const(np.ascontiguousarray(wk.astype(np.int8)), f"{w.name}_hwc")
+    bsym = k.const(int32_array(node, folded, "bias with the input zero point folded in"), f"{node.name}_bias")
+    msym = k.const(np.ascontiguousarray(mult), f"{node.name}_mult")
+    ssym = k.const(np.ascontiguousarray(second), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}")
+    gsym = k.const(np.array([vals[f] for f in QDW_FIELDS], np.int32), "qdwconv_dsp_geo")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
+    return True
+
+
+def emit_qgemm(op, node, ins, outs, k, prm) -> bool:
+    rq, m, n, kk = prm["rq"], prm["m"], prm["n"], prm["kk"]
+    if rq.mode != "fixed" or prm["off"] or tuple(prm["types"]) != ("int8", "int8", "int8"):
+        return False
+    if tuple(prm["sa"]) != (kk, 1) or tuple(prm["sb"]) != (kk, 1) or len(prm["batches"]) != 1 \
+            or any(int(v) for v in prm["batches"][0]):
+        return False
+    b_sym, c_sym = prm["b"], prm["c"]
+    if c_sym is None or tuple(prm["sc"]) != (0, 1) or b_sym not in k.consts or c_sym not in k.consts:
+        return False
+    b = np.asarray(k.consts[b_sym].data)
+    c = np.asarray(k.consts[c_sym].data, np.int64).reshape(-1)
+    if b.dtype != np.int8 or b.size != n * kk or c.size != n:
+        return False
+    if rq.mult is None or np.asarray(rq.mult).size not in (1, n):
+        return False
+    bmax = int(np.abs(b.astype(np.int64)).max()) if b.size else 0
+    bound = (int(np.abs(c).max()) if c.size else 0) + kk * 128 * bmax
+    if bound > 2 ** 31 - 1:
+        return False
+    mode, mult, second = _requant(rq, bound, n)
+    vals = dict(m=m, n=n, yzp=rq.zp, lo=rq.lo, hi=rq.hi)
+    k.kernel("requant_fixed")
+    k.kernel("intrin_dsp")
+    fn = k.kernel("qfc_dsp", {"name": f"{mode}_k{kk}", "rq": mode, "kk": kk, "fields": QFC_FIELDS})
+    msym = k.const(np.ascontiguousarray(mult), f"{node.name}_mult")
+    ssym = k.const(np.ascontiguousarray(second), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}")
+    gsym = k.const(np.array([vals[f] for f in QFC_FIELDS], np.int32), "qfc_dsp_geo")
+    k.line(f"{fn}({prm['y']}, {prm['a']}, {b_sym}, {c_sym}, {gsym}, {msym}, {ssym});")
+    return True

@@ -1,0 +1,264 @@
+"""DSP-extension int8 kernels (cuvil_mcu/isa/dsp.py): the generated C for a
+DSP board (qemu-mps2-an386) compiled on the host, where the templates use
+plain-C equivalents of the intrinsics, must equal the numpy reference bit
+for bit; the kernels are checked to be the ones emitted. The fast
+requantization is checked against quant.requantize_fixed directly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from cuvil_mcu import quant, reference
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.isa.dsp import requant_fast, requant_mid
+from cuvil_mcu.sim import host
+from helpers import NP2ONNX
+
+BOARD = "qemu-mps2-an386"
+STRICT = ["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsanitize=address,undefined",
+          "-fno-sanitize-recover=all"]
+
+
+def qmodel(nodes, inputs, outputs, inits):
+    vis = [helper.make_tensor_value_info(n, NP2ONNX[d], list(s)) for n, (s, d) in inputs.items()]
+    outs = [helper.make_tensor_value_info(n, NP2ONNX[d], None) for n, d in outputs.items()]
+    g = helper.make_graph(nodes, "dsp", vis, outs,
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 9
+    return m
+
+
+def _qp(rng, i, taps, m, wstd, xdt, per_channel, big=False):
+    x_s = np.float32(rng.uniform(0.01, 0.05))
+    x_zp = int(rng.randint(-20, 21)) if xdt == "int8" else int(rng.randint(100, 150))
+    w_s = rng.uniform(0.002, 0.02, m).astype(np.float32) if per_channel else np.float32(rng.uniform(0.002, 0.02))
+    y_s = np.float32(np.sqrt(taps) * 60.0 * wstd * x_s * np.mean(w_s) / 45.0)
+    if big:   # multipliers > 1: left shifts, the general requantization path (weights are tiny then)
+        y_s = np.float32(x_s * np.max(w_s) / 1.5)
+    y_zp = int(rng.randint(-10, 11)) if xdt == "int8" else int(rng.randint(118, 139))
+    return x_s, x_zp, w_s, y_s, y_zp
+
+
+def conv_layer(rng, i, xs, ws, attrs, xdt="int8", bias=True, per_channel=True, big=False):
+    """QLinearConv (NCHW in the model; the layout pass makes it NHWC)."""
+    m, taps = ws[0], int(np.prod(ws[1:]))
+    w = rng.randint(-127, 128, ws).astype(np.int8) if not big else rng.randint(-1, 2, ws).astype(np.int8)
+    x_s, x_zp, w_s, y_s, y_zp = _qp(rng, i, taps, m, np.std(w.astype(np.float64)), xdt, per_channel, big)
+    inits = {f"xs{i}": x_s, f"xz{i}": np.array(x_zp, xdt), f"w{i}": w, f"ws{i}": w_s,
+             f"wz{i}": np.zeros(m, np.int8) if per_channel else np.array(0, np.int8),
+             f"ys{i}": y_s, f"yz{i}": np.array(y_zp, xdt)}
+    ins = [f"x{i}", f"xs{i}", f"xz{i}", f"w{i}", f"ws{i}", f"wz{i}", f"ys{i}", f"yz{i}"]
+    if bias:
+        inits[f"b{i}"] = rng.randint(-3000, 3001, m).astype(np.int32)
+        ins.append(f"b{i}")
+    node = helper.make_node("QLinearConv", ins, [f"y{i}"], name=f"conv{i}", **attrs)
+    lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
+    return node, inits, rng.randint(lo, hi + 1, xs).astype(xdt)
+
+
+def fc_layer(rng, i, m, kk, n, xdt="int8", bias=True, per_channel=False, big=False):
+    """com.microsoft.QGemm with a constant B [kk, n]."""
+    b = rng.randint(-127, 128, (kk, n)).astype(np.int8) if not big else rng.randint(-1, 2, (kk, n)).astype(np.int8)
+    x_s, x_zp, w_s, y_s, y_zp = _qp(rng, i, kk, n, np.std(b.astype(np.float64)), xdt, per_channel, big)
+    inits = {f"xs{i}": x_s, f"xz{i}": np.array(x_zp, xdt), f"w{i}": b, f"ws{i}": w_s,
+             f"wz{i}": np.zeros(n, np.int8) if per_channel else np.array(0, np.int8),
+             f"ys{i}": y_s, f"yz{i}": np.array(y_zp, xdt)}
+    c = rng.randint(-3000, 3001, n).astype(np.int32)
+    if bias:
+        inits[f"b{i}"] = c
+    ins = [f"x{i}", f"xs{i}", f"xz{i}", f"w{i}", f"ws{i}", f"wz{i}", f"b{i}" if bias else "", f"ys{i}", f"yz{i}"]
+    node = helper.make_node("QGemm", ins, [f"y{i}"], name=f"fc{i}", domain="com.microsoft")
+    lo, hi = np.iinfo(xdt).min, np.iinfo(xdt).max
+    return node, inits, rng.randint(lo, hi + 1, (m, kk)).astype(xdt)
+
+
+def build(layers, seed):
+    """Every layer as a parallel branch of one model (one compile, one build)."""
+    rng = np.random.RandomState(seed)
+    nodes, inits, inputs, outputs, feeds = [], {}, {}, {}, {}
+    for i, (kind, args, kw) in enumerate(layers):
+        node, ini, x = (conv_layer if kind == "conv" else fc_layer)(rng, i, *args, **kw)
+        nodes.append(node)
+        inits.update(ini)
+        xdt = kw.get("xdt", "int8")
+        inputs[f"x{i}"] = (x.shape, xdt)
+        outputs[f"y{i}"] = xdt
+        feeds[f"x{i}"] = x
+    return qmodel(nodes, inputs, outputs, inits), feeds
+
+
+def run_host(c, feeds, cflags=STRICT):
+    g = c.graph
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs], cflags=cflags)
+    ins = [np.asarray(feeds[n], dtype=g.tensors[n].dtype)[None] for n in g.inputs]
+    return [o[0] for o in host.run(exe, ins, c.out_specs, 1)]
+
+
+def check(model, feeds, requant="fixed", board=BOARD):
+    c = compile_model(model, board=board, requant=requant, verify_each=True)
+    outs = run_host(c, feeds)
+    ref = reference.run(c.graph, feeds)
+    for name, o in zip(c.graph.outputs, outs):
+        r = ref[name]
+        if not np.array_equal(o, r):
+            bad = np.argwhere(o != r)
+            raise AssertionError(f"{name}: {len(bad)} of {r.size} differ, first at {tuple(bad[0])}: "
+                                 f"{o[tuple(bad[0])]} vs {r[tuple(bad[0])]}")
+        assert np.unique(r).size >= min(4, r.size), f"{name}: output too flat to test anything"
+    return c
+
+
+CONV = [
+    # x (NCHW), w, attrs
+    ((1, 8, 5, 6), (7, 8, 1, 1), {}),                                           # pointwise, odd M
+    ((1, 64, 5, 5), (16, 64, 1, 1), {}),                                        # pointwise, K % 4 == 0
+    ((1, 13, 4, 7), (6, 13, 1, 1), {}),                                         # pointwise, odd K (tail), odd pixels
+    ((1, 3, 9, 8), (5, 3, 3, 3), dict(pads=[1, 1, 1, 1])),                       # first-layer style, L = 9
+    ((1, 16, 7, 6), (8, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((2, 5, 11, 9), (7, 5, 3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 1])),      # batch 2, stride 2, odd
+    ((1, 16, 8, 8), (9, 16, 1, 1), dict(strides=[2, 2])),                       # strided pointwise
+    ((1, 1, 13, 10), (8, 1, 10, 4), dict(strides=[2, 2], pads=[4, 1, 5, 1])),     # KWS first layer
+    ((1, 1, 15, 12), (8, 1, 10, 8), dict(strides=[2, 2], pads=[4, 3, 5, 3])),     # micro_speech's
+    ((1, 2, 3, 3), (3, 2, 5, 5), dict(pads=[2, 2, 2, 2])),                       # kernel larger than input
+    ((1, 1, 2, 2), (2, 1, 2, 2), dict(pads=[3, 3, 3, 3], strides=[2, 2])),       # taps all outside
+    ((1, 6, 6, 7), (4, 6, 2, 3), dict(auto_pad="SAME_UPPER", strides=[1, 2])),
+    ((1, 8, 9, 8), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),            # depthwise
+    ((2, 7, 9, 8), (7, 1, 3, 3), dict(group=7, pads=[0, 0, 1, 1], strides=[2, 2])),   # depthwise, C % 4, s2
+    ((1, 12, 5, 6), (12, 1, 3, 2), dict(group=12, pads=[2, 0, 1, 1], strides=[1, 2])),
+    ((1, 3, 4, 4), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2])),             # every pixel on the border
+]
+FC = [(1, 64, 12), (1, 13, 7), (3, 37, 9), (1, 640, 128), (2, 8, 5), (1, 4, 1)]
+
+
+@pytest.mark.parametrize("requant", ["fixed", "float"])
+def test_conv_layers(requant):
+    model, feeds = build([("conv", a, {}) for a in CONV], seed=3)
+    c = check(model, feeds, requant)
+    for kern in ("__qconv_dsp_", "__qdwconv_dsp_"):
+        assert (kern in c.header) == (requant == "fixed"), f"{kern} used exactly in fixed mode"
+
+
+def test_conv_per_tensor_no_bias_and_left_shift():
+    layers = [("conv", ((1, 8, 5, 6), (6, 8, 3, 3), dict(pads=[1, 1, 1, 1])), dict(bias=False, per_channel=False)),
+              ("conv", ((1, 8, 5, 6), (6, 8, 1, 1), {}), dict(big=True))]
+    c = check(*build(layers, seed=5))
+    assert "qconv_dsp_fast" in c.header and "qconv_dsp_fixed" in c.header
+
+
+def huge_bias_model(layers=()):
+    """Layer 0: a bias near 2^30 and multipliers in [0.5, 1) (shift 0), so
+    the kernels need the general in-kernel requantization (rq_mid)."""
+    model, feeds = build([("conv", ((1, 8, 5, 6), (6, 8, 1, 1), {}), dict(big=True))] + list(layers), seed=8)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in model.graph.initializer:
+        if t.name == "b0":
+            t.CopyFrom(numpy_helper.from_array(np.array([2 ** 30 + 5, -2 ** 30, 7, -9, 0, 100], np.int32), "b0"))
+        if t.name == "ys0":   # every multiplier < 1, the largest in [0.5, 1)
+            y_s = np.float32(inits["xs0"] * inits["ws0"].max() * 1.2)
+            t.CopyFrom(numpy_helper.from_array(np.array(y_s, np.float32), "ys0"))
+    return model, feeds
+
+
+def test_conv_huge_bias_and_zero_shift():
+    c = check(*huge_bias_model())
+    assert "qconv_dsp_mid" in c.header
+
+
+def test_conv_fallbacks():
+    """uint8 activations, groups, depthwise multiplier 2, dilation: the portable kernels."""
+    layers = [("conv", ((1, 4, 6, 6), (4, 4, 3, 3), dict(pads=[1, 1, 1, 1])), dict(xdt="uint8")),
+              ("conv", ((1, 4, 6, 6), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])), dict(xdt="uint8")),
+              ("conv", ((1, 4, 7, 7), (6, 2, 3, 3), dict(group=2, pads=[1, 1, 1, 1])), {}),
+              ("conv", ((1, 4, 7, 7), (8, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])), {}),
+              ("conv", ((1, 3, 11, 10), (3, 3, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])), {})]
+    c = check(*build(layers, seed=9))
+    assert "_dsp_" not in c.header
+
+
+@pytest.mark.parametrize("requant", ["fixed", "float"])
+def test_fc_layers(requant):
+    model, feeds = build([("fc", a, {}) for a in FC]
+                         + [("fc", (1, 24, 10), dict(bias=False, per_channel=True)),
+                            ("fc", (2, 8, 24), dict(big=True))], seed=4)
+    c = check(model, feeds, requant)
+    assert ("__qfc_dsp_" in c.header) == (requant == "fixed")
+
+
+def test_fc_uint8_falls_back():
+    c = check(*build([("fc", (1, 20, 6), dict(xdt="uint8"))], seed=2))
+    assert "__qfc_dsp_" not in c.header
+
+
+def test_same_c_on_portable_board():
+    """The same model on a board without DSP uses none of these kernels."""
+    model, feeds = build([("conv", CONV[0], {}), ("fc", FC[0], {})], seed=6)
+    c = check(model, feeds, board="qemu-mps2-an385")
+    assert "_dsp_" not in c.header
+
+
+def test_requant_fast_matches_quant():
+    """{{p}}__rq's arithmetic == TFLM's MultiplyByQuantizedMultiplier
+    (quant.requantize_fixed) wherever the kernels use it: |acc| < 2^30,
+    right shift e in 1..31, any Q31 multiplier quantize_multiplier makes."""
+    rng = np.random.default_rng(0)
+    n = 1_000_000
+    acc = rng.integers(-2 ** 30 + 1, 2 ** 30, n)
+    acc[:4001] = np.arange(-2000, 2001)
+    acc[4001:4011] = [2 ** 30 - 1, -2 ** 30 + 1, 2 ** 29, -2 ** 29, 1 << 20, -(1 << 20), 3 << 25, -(3 << 25), 7, -7]
+    mult = rng.integers(2 ** 30, 2 ** 31, n)
+    mult[:2000] = 2 ** 30
+    mult[2000:4000] = 2 ** 31 - 1
+    e = rng.integers(1, 32, n)
+    np.testing.assert_array_equal(requant_fast(acc, mult, e), quant.requantize_fixed(acc, mult, -e))
+    # exhaustive over small accumulators at every shift, with ties of both signs
+    a = np.arange(-70000, 70001)
+    for sh in range(1, 32):
+        for m in (2 ** 30, 2 ** 30 + 1, 1518500250, 2 ** 31 - 1):
+            np.testing.assert_array_equal(requant_fast(a, m, sh), quant.requantize_fixed(a, m, -sh))
+
+
+def test_requant_mid_matches_quant():
+    """{{p}}__rq_mid == quant.requantize_fixed for any int32 acc, right shifts 0..31."""
+    rng = np.random.default_rng(1)
+    n = 1_000_000
+    acc = rng.integers(-2 ** 31, 2 ** 31, n)
+    acc[:6] = [-2 ** 31, 2 ** 31 - 1, 0, -1, 1, -2 ** 30]
+    mult = rng.integers(0, 2 ** 31, n)
+    mult[6:2000] = 2 ** 31 - 1
+    e = rng.integers(0, 32, n)
+    np.testing.assert_array_equal(requant_mid(acc, mult, e), quant.requantize_fixed(acc, mult, -e))
+    a = np.arange(-70000, 70001)
+    for sh in range(0, 32):
+        for m in (0, 1, 2 ** 30, 1518500250, 2 ** 31 - 1):
+            np.testing.assert_array_equal(requant_mid(a, m, sh), quant.requantize_fixed(a, m, -sh))
+
+
+def _have_cross() -> bool:
+    import shutil
+    return shutil.which("arm-none-eabi-gcc") is not None and shutil.which("qemu-system-arm") is not None
+
+
+@pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed (apt-get "
+                                              "install gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm)")
+@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps2-an500", "qemu-mps2-an505"])
+def test_on_qemu(board):
+    """The real intrinsics (SMLAD, SXTB16, SMMULR, ...) on emulated M4 / M7 /
+    M33 cores: pointwise, 3x3 with padding and stride, depthwise, FC, both
+    in-kernel requantizations; outputs equal the reference bit for bit."""
+    from cuvil_mcu.sim import qemu
+    layers = [("conv", CONV[0], {}), ("conv", CONV[2], {}), ("conv", CONV[5], {}), ("conv", CONV[7], {}),
+              ("conv", CONV[12], {}), ("conv", CONV[13], {}), ("fc", FC[2], {}), ("fc", FC[3], {}),
+              ("conv", ((1, 8, 5, 6), (6, 8, 1, 1), {}), dict(big=True))]
+    model, feeds = huge_bias_model(layers)
+    c = compile_model(model, board=board)
+    kernels = ("__qconv_dsp_", "__qdwconv_dsp_", "__qfc_dsp_", "_dsp_fast", "_dsp_mid", "_dsp_fixed")
+    for kern in kernels:
+        assert kern in c.header, kern
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")
