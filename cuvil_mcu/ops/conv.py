@@ -144,16 +144,17 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
                         tuple(begin), tuple(end), tuple(out))
 
 
-def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: ConvGeometry) -> np.ndarray:
-    """Straightforward convolution in float64: zero-pad the input, then for
-    each kernel tap add the strided input window times that tap's weights."""
-    xd = np.asarray(x, np.float64).reshape(geo.n, geo.c, *geo.hw)
-    wd = np.asarray(w, np.float64).reshape(geo.m, geo.cg, *geo.k)
+def conv_nchw(x: np.ndarray, w: np.ndarray, geo: ConvGeometry, dtype=np.float64) -> np.ndarray:
+    """Straightforward convolution in `dtype` (float64, or int64 for the exact
+    integer reference): zero-pad the input, then for each kernel tap add the
+    strided input window times that tap's weights. x NCHW, w [M, C/g, kH, kW]."""
+    xd = np.asarray(x, dtype).reshape(geo.n, geo.c, *geo.hw)
+    wd = np.asarray(w, dtype).reshape(geo.m, geo.cg, *geo.k)
     (pt, pl), (pb, pr) = geo.pad_begin, geo.pad_end
     xp = np.pad(xd, [(0, 0), (0, 0), (pt, pb), (pl, pr)])
     oh, ow = geo.out_hw
     (sh, sw), (dh, dw) = geo.strides, geo.dilations
-    y = np.zeros((geo.n, geo.m, oh, ow), np.float64)
+    y = np.zeros((geo.n, geo.m, oh, ow), dtype)
     for g in range(geo.group):
         xg = xp[:, g * geo.cg:(g + 1) * geo.cg]
         wg = wd[g * geo.mg:(g + 1) * geo.mg]
@@ -161,6 +162,12 @@ def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Conv
             for j in range(geo.k[1]):
                 win = xg[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
                 y[:, g * geo.mg:(g + 1) * geo.mg] += np.einsum("nchw,mc->nmhw", win, wg[:, :, i, j])
+    return y
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: ConvGeometry) -> np.ndarray:
+    """Float convolution, accumulated in float64 and rounded once at the end."""
+    y = conv_nchw(x, w, geo, np.float64)
     if b is not None:
         y += np.asarray(b, np.float64).reshape(1, geo.m, 1, 1)
     return y.reshape(geo.out_shape)

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import isa
 from .base import Op, register, shape_error, unsupported
-from .conv import ConvGeometry, _border_tables, conv_geometry
+from .conv import ConvGeometry, _border_tables, conv_geometry, conv_nchw
 from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
                     make_requant, offset_range, offset_weights, scalar_qparams, weight_qparams, zero_points)
 
@@ -64,21 +64,7 @@ def qconv_geometry(node, x_shape, w_shape) -> ConvGeometry:
 def conv_int(x: np.ndarray, w: np.ndarray, geo: ConvGeometry) -> np.ndarray:
     """Integer convolution (int64, exact) of NCHW x (offset already
     subtracted, so zero padding = a tap at x == x_zp) with w [M, C/g, kH, kW]."""
-    xd = np.asarray(x, np.int64).reshape(geo.n, geo.c, *geo.hw)
-    wd = np.asarray(w, np.int64).reshape(geo.m, geo.cg, *geo.k)
-    (pt, pl), (pb, pr) = geo.pad_begin, geo.pad_end
-    xp = np.pad(xd, [(0, 0), (0, 0), (pt, pb), (pl, pr)])
-    oh, ow = geo.out_hw
-    (sh, sw), (dh, dw) = geo.strides, geo.dilations
-    y = np.zeros((geo.n, geo.m, oh, ow), np.int64)
-    for g in range(geo.group):
-        xg = xp[:, g * geo.cg:(g + 1) * geo.cg]
-        wg = wd[g * geo.mg:(g + 1) * geo.mg]
-        for i in range(geo.k[0]):
-            for j in range(geo.k[1]):
-                win = xg[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
-                y[:, g * geo.mg:(g + 1) * geo.mg] += np.einsum("nchw,mc->nmhw", win, wg[:, :, i, j])
-    return y
+    return conv_nchw(x, w, geo, np.int64)
 
 
 @dataclass
