@@ -485,3 +485,102 @@ def test_resnet8_residual_adds_match_tflm():
     for i in range(len(d["inputs"])):
         r = reference.run(g, {g.inputs[0]: d["inputs"][i].reshape(g.tensors[g.inputs[0]].shape)})
         assert_exact(r[g.outputs[0]].reshape(want[i].shape), want[i], f"ResNet-8 reference vs TFLM, sample {i}")
+
+
+# ---- the specialised same-shape fixed-mode QLinearAdd (qadd_s8) ----
+
+# (sa, sb, sc, za, zb, zc): equal scales (per-input shift 0 on both), a 2x
+# ratio (shift exactly -1 on the smaller), wide ratios (deep input shifts),
+# output scales far below and above the inputs', zero points at the code
+# range ends.
+QADD_CASES = [
+    (0.05, 0.05, 0.05, 0, 0, 0),
+    (0.1, 0.05, 0.07, 3, -7, 1),
+    (0.0371, 0.0021, 0.09, -128, 127, -5),
+    (0.0125, 0.3, 0.011, 100, -100, 127),
+    (0.02, 0.0199, 0.25, -3, 5, -128),
+    (0.0049, 0.0052, 0.0031, 17, -60, 40),
+]
+
+
+def _add_all_pairs_model(dt, case):
+    sa, sb, sc, za, zb, zc = case
+    inits = {**qparams("a", sa, za, dt), **qparams("b", sb, zb, dt), **qparams("c", sc, zc, dt)}
+    nodes = [helper.make_node("QLinearAdd", ["a", "a_s", "a_z", "b", "b_s", "b_z", "c_s", "c_z"], ["y"],
+                              domain=MS, name="add")]
+    codes = np.arange(256).astype(np.uint8).view(np.int8).astype(dt) if dt == "int8" \
+        else np.arange(256).astype(dt)
+    a, b = np.meshgrid(codes, codes, indexing="ij")
+    shape = (1, 256, 256)
+    m = qmodel(nodes, {"a": (shape, dt), "b": (shape, dt)}, {"y": dt}, inits)
+    return m, {"a": a.reshape(shape), "b": b.reshape(shape)}
+
+
+@pytest.mark.parametrize("case", QADD_CASES)
+def test_qadd_fast_all_pairs(case):
+    """All 256 x 256 input pairs: the specialised kernel (generated C on the
+    host) equals the reference recipe exactly, and TFLM's recipe is written
+    out again here (MultiplyByQuantizedMultiplier with left shift 20) as the
+    independent oracle of the reference."""
+    from cuvil_mcu import quant
+    from cuvil_mcu.ops.qelementwise import add_fixed_params
+    dt = "int8"
+    m, feeds = _add_all_pairs_model(dt, case)
+    c = compile_model(m, requant="fixed")
+    assert "qadd_s8" in c.header, "the same-shape fixed-mode Add did not take the specialised kernel"
+    ref = run_ref(m, feeds, requant="fixed")[0]
+    out = run_c(m, feeds, requant="fixed")[0]
+    assert_exact(out, ref, "qadd_s8 vs reference")
+    sa, sb, sc, za, zb, zc = case
+    m1, s1, m2, s2, mo, so = add_fixed_params(np.float32(sa), np.float32(sb), np.float32(sc))
+    a64, b64 = feeds["a"].astype(np.int64), feeds["b"].astype(np.int64)
+    v = quant.requantize_fixed((a64 - za) * (1 << 20), m1, s1) + quant.requantize_fixed((b64 - zb) * (1 << 20), m2, s2)
+    tflm = np.clip(quant.requantize_fixed(v, mo, so) + zc, -128, 127)
+    assert_exact(ref.astype(np.int64), tflm, "reference vs TFLM's recipe")
+
+
+def test_qadd_fast_random_scales():
+    """Many random scale / zero point triples through the compile-time plan
+    (add_fast_plan verifies itself on all pairs); a sample of them also
+    through the generated C. Counts how many take the fast kernel."""
+    from cuvil_mcu.ops.qelementwise import add_fast_plan, add_fixed_params
+    rng = np.random.RandomState(5)
+    fast = 0
+    for i in range(60):
+        sa, sb, sc = np.exp(rng.uniform(-6, 0, 3)).astype(np.float32)
+        za, zb, zc = (int(z) for z in rng.randint(-128, 128, 3))
+        fast += add_fast_plan("int8", za, zb, zc, add_fixed_params(sa, sb, sc), -128, 127) is not None
+        if i < 3:
+            m, feeds = _add_all_pairs_model("int8", (float(sa), float(sb), float(sc), za, zb, zc))
+            assert_exact(run_c(m, feeds, requant="fixed")[0], run_ref(m, feeds, requant="fixed")[0],
+                         f"case {i}: generated C vs reference")
+    print(f"\n{fast}/60 random int8 Adds take the specialised kernel")
+    assert fast >= 55
+
+
+def test_qadd_fast_strict():
+    """The specialised kernel builds warning-free as C99/C11/C++ with sanitizers."""
+    m, feeds = _add_all_pairs_model("int8", QADD_CASES[1])
+    check_strict(m, feeds, modes=("fixed",))
+
+
+@pytest.mark.skipif(not __import__("shutil").which("qemu-system-arm"), reason="qemu-system-arm not installed")
+def test_qadd_fast_instructions_an386():
+    """Instructions per element of a same-shape int8 Add on Cortex-M4 (QEMU
+    mps2-an386, -icount counts are exact and repeatable): <= 25."""
+    from cuvil_mcu.sim import qemu
+    rng = np.random.RandomState(3)
+    dt, n = "int8", 4096
+    sa, sb, sc, za, zb, zc = QADD_CASES[1]
+    inits = {**qparams("a", sa, za, dt), **qparams("b", sb, zb, dt), **qparams("c", sc, zc, dt)}
+    node = helper.make_node("QLinearAdd", ["a", "a_s", "a_z", "b", "b_s", "b_z", "c_s", "c_z"], ["y"],
+                            domain=MS, name="add")
+    m = qmodel([node], {"a": ((1, n), dt), "b": ((1, n), dt)}, {"y": dt}, inits)
+    c = compile_model(m, board="qemu-mps2-an386", requant="fixed")
+    feeds = {"a": rand_q(rng, (2, 1, n), dt), "b": rand_q(rng, (2, 1, n), dt)}
+    r = qemu.simulate(c, [feeds[k] for k in c.graph.inputs], "qemu-mps2-an386")
+    ref = np.stack([run_ref(m, {"a": feeds["a"][i], "b": feeds["b"][i]}, requant="fixed")[0] for i in range(2)])
+    assert np.array_equal(r.outputs[0].reshape(ref.shape), ref)
+    per = r.instructions / n
+    print(f"\nsame-shape int8 QLinearAdd on an386: {per:.2f} instructions/element")
+    assert per <= 25
