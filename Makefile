@@ -26,6 +26,8 @@ demo: setup
 	cc -std=c99 -O2 -Wall -Wextra -Werror -pedantic -I$(DEMO_OUT) firmware_examples/host/main.c -o $(DEMO_OUT)/kws_demo -lm
 	$(DEMO_OUT)/kws_demo
 	$(PYTHON) examples/check_demo.py $(DEMO_MODEL) examples/kws_input.npy
+	$(MAKE) -C $(DEMO_OUT)
+	cuvil-mcu sim $(DEMO_MODEL) --board qemu-mps2-an386 --input examples/kws_input.npy
 
 test: setup
 	$(PYTHON) -m pytest -n 2 -q -p no:cacheprovider tests
