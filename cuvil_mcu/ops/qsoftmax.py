@@ -44,6 +44,7 @@ import math
 import numpy as np
 
 from .. import quant
+from . import softmax
 from .base import Op, register, shape_error, unsupported
 from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, qpair, requant_mode, wrap32
 
@@ -57,18 +58,9 @@ MAX_FIXED_N = 4095
 
 
 def slices(node, shape) -> tuple[int, int, int]:
-    r = len(shape)
     if node.attr("opset") is None:
         raise shape_error(node, "attribute 'opset' is required (the Softmax opset the axis refers to)")
-    legacy = int(node.attr("opset")) < 13
-    axis = int(node.attr("axis", 1 if legacy else -1))
-    if not -r <= axis < max(r, 1):
-        raise shape_error(node, f"axis {axis} out of range for rank {r}")
-    axis = axis + r if axis < 0 else axis
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    if legacy:
-        return outer, int(np.prod(shape[axis:], dtype=np.int64)), 1
-    return outer, int(shape[axis]) if r else 1, int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return softmax.slices(node, shape, int(node.attr("opset")))
 
 
 # --------------------------------------------------------------------------- gemmlowp fixed point (int64 arrays holding int32 values)

@@ -13,10 +13,13 @@ import numpy as np
 from .base import Op, register, require_float, shape_error
 
 
-def slices(node, shape) -> tuple[int, int, int]:
-    """(outer, n, inner) of the softmax over shape."""
+def slices(node, shape, opset: int | None = None) -> tuple[int, int, int]:
+    """(outer, n, inner) of the softmax over shape. opset: the Softmax opset
+    the axis refers to (default: the node's); below 13 the input is coerced
+    to 2-D at the axis."""
     r = len(shape)
-    legacy = node.opset is not None and node.opset < 13
+    opset = node.opset if opset is None else opset
+    legacy = opset is not None and opset < 13
     axis = int(node.attr("axis", 1 if legacy else -1))
     if not -r <= axis < max(r, 1):
         raise shape_error(node, f"axis {axis} out of range for rank {r}")
