@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.conv import _border_tables
-from ..ops.qconv import QCONV_FIELDS   # the conv kernels' geo head: the same order as the portable ones
-from ..ops.qgemm import CODES, CTYPES, QGEMM_FIELDS, check_acc, check_index, int32_array, offset_range, offset_weights
+from ..ops.qconv import QCONV_FIELDS, conv_plan  # the conv kernels' geo head: the same order as the portable ones
+from ..ops.qgemm import CODES, CTYPES, QGEMM_FIELDS, check_index, offset_weights
 
 
 def _no_min(w: np.ndarray) -> bool:
@@ -53,36 +52,14 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     geo = p.geo
     if not p.cl or x.dtype != "int8" or len(geo.hw) != 2:
         return False
-    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
-    (sh, sw), (dh, dw) = geo.strides, geo.dilations
-    (pt, pl) = geo.pad_begin
+    kh, kw = geo.k
     depthwise = geo.cg == 1 and geo.group > 1
     if depthwise and geo.mg != 1:
         return False
-    wq = offset_weights(np.asarray(w.data).reshape(geo.m, geo.cg, kh, kw), p.w_zp, 0)
-    if wq.dtype != np.int8:
+    if offset_weights(np.asarray(w.data).reshape(geo.m, geo.cg, kh, kw), p.w_zp, 0).dtype != np.int8:
         return False
-    wk = wq[:, 0].transpose(1, 2, 0) if depthwise else wq.transpose(0, 2, 3, 1)  # [kh][kw][M] | [M][kh][kw][cg]
-    wsum = wq.astype(np.int64).reshape(geo.m, -1).sum(axis=1)
-    xoff = -p.x_zp
-    bias = p.bias if p.bias is not None else np.zeros(geo.m, np.int64)
-    b2 = int32_array(node, np.concatenate([bias, bias + xoff * wsum]), "bias with the input zero point folded in")
-    taps = geo.cg * kh * kw
-    wmax = int(np.abs(wq.astype(np.int64)).max()) if wq.size else 0
-    check_acc(node, int(np.abs(b2.astype(np.int64)).max())
-              + taps * wmax * max(offset_range(x.dtype, xoff), offset_range(x.dtype, 0)))
-    sx = (h * wd * geo.c, wd * geo.c, geo.c, 1)
-    sy = (oh * ow * geo.m, ow * geo.m, geo.m, 1)
-    oha, ohb, rt = _border_tables(h, oh, kh, sh, dh, pt)
-    owa, owb, ct = _border_tables(wd, ow, kw, sw, dw, pl)
-    vals = dict(nb=geo.n, groups=geo.group, cg=geo.cg, mg=geo.mg, oh_n=oh, ow_n=ow, kh_n=kh, kw_n=kw,
-                sh=sh, sw=sw, pt=pt, pl=pl, oha=oha, ohb=ohb, owa=owa, owb=owb,
-                rt_at=len(QCONV_FIELDS), ct_at=len(QCONV_FIELDS) + len(rt),
-                sxb=sx[0], sxh=sx[1], sxw=sx[2], sxc=sx[3], syb=sy[0], syh=sy[1], syw=sy[2], syc=sy[3],
-                row_step=dh * sx[1], col_step=dw * sx[2], xoff=xoff)
-    vals.update(zip(("yzp", "lo", "hi"), p.rq.geo()))
-    geo_arr = np.array([vals[f] for f in QCONV_FIELDS] + rt + ct, np.int64)
-    check_index(node, geo_arr, geo.n * geo.c * h * wd, geo.n * geo.m * oh * ow)
+    plan = conv_plan(node, x, w, p)
+    wk, b2, vals, geo_arr = plan.wk, plan.b2, plan.vals, plan.geo_arr
     # the taps of a kernel row are adjacent in x (and in w) when a column
     # step moves by exactly one group's channels
     merge = not depthwise and vals["col_step"] == geo.cg

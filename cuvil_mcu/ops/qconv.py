@@ -77,6 +77,59 @@ class _QConv:
     rq: Requant
 
 
+@dataclass
+class ConvPlan:
+    """What every int8 conv kernel is built from: weights minus their zero
+    point (wq) and arranged for channels-innermost kernels (wk: [M][kh][kw][cg],
+    depthwise [kh][kw][M]); bias and bias with the input zero point folded in
+    (b2); and the portable kernel's geometry array (vals by QCONV_FIELDS name)."""
+    depthwise: bool
+    wq: np.ndarray
+    wk: np.ndarray
+    b2: np.ndarray
+    xoff: int
+    vals: dict
+    geo_arr: np.ndarray
+
+
+def conv_plan(node, x, w, p) -> ConvPlan:
+    geo = p.geo
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (dh, dw) = geo.strides, geo.dilations
+    (pt, pl) = geo.pad_begin
+    depthwise = geo.cg == 1 and geo.group > 1
+    # weights - w_zp, arranged for the kernel
+    wq = offset_weights(np.asarray(w.data).reshape(geo.m, geo.cg, kh, kw), p.w_zp, 0)
+    wk = wq[:, 0].transpose(1, 2, 0) if depthwise else wq.transpose(0, 2, 3, 1)  # [kh][kw][M] | [M][kh][kw][cg]
+    wsum = wq.astype(np.int64).reshape(geo.m, -1).sum(axis=1)
+    xoff = -p.x_zp
+    bias = p.bias if p.bias is not None else np.zeros(geo.m, np.int64)
+    folded = bias + xoff * wsum
+    b2 = int32_array(node, np.concatenate([bias, folded]), "bias with the input zero point folded in")
+    taps = geo.cg * kh * kw
+    wmax = int(np.abs(wq.astype(np.int64)).max()) if wq.size else 0
+    check_acc(node, int(np.abs(b2.astype(np.int64)).max())
+              + taps * wmax * max(offset_range(x.dtype, xoff), offset_range(x.dtype, 0)))
+    # element strides of x [n][c][h][w] and y [n][m][h][w] in the tensors' layout
+    if p.cl:
+        sx = (h * wd * geo.c, wd * geo.c, geo.c, 1)
+        sy = (oh * ow * geo.m, ow * geo.m, geo.m, 1)
+    else:
+        sx = (geo.c * h * wd, wd, 1, h * wd)
+        sy = (geo.m * oh * ow, ow, 1, oh * ow)
+    oha, ohb, rt = _border_tables(h, oh, kh, sh, dh, pt)
+    owa, owb, ct = _border_tables(wd, ow, kw, sw, dw, pl)
+    vals = dict(nb=geo.n, groups=geo.group, cg=geo.cg, mg=geo.mg, oh_n=oh, ow_n=ow, kh_n=kh, kw_n=kw,
+                sh=sh, sw=sw, pt=pt, pl=pl, oha=oha, ohb=ohb, owa=owa, owb=owb,
+                rt_at=len(QCONV_FIELDS), ct_at=len(QCONV_FIELDS) + len(rt),
+                sxb=sx[0], sxh=sx[1], sxw=sx[2], sxc=sx[3], syb=sy[0], syh=sy[1], syw=sy[2], syc=sy[3],
+                row_step=dh * sx[1], col_step=dw * sx[2], xoff=xoff)
+    vals.update(zip(("yzp", "lo", "hi"), p.rq.geo()))
+    geo_arr = np.array([vals[f] for f in QCONV_FIELDS] + rt + ct, np.int64)
+    check_index(node, geo_arr, geo.n * geo.c * h * wd, geo.n * geo.m * oh * ow)
+    return ConvPlan(depthwise, wq, wk, b2, xoff, vals, geo_arr)
+
+
 class _QConvBase(Op):
     X, W = 0, 1
 
@@ -126,44 +179,12 @@ class _QConvBase(Op):
     def emit(self, node, ins, outs, k):
         x, w = ins[self.X], ins[self.W]
         p = self._params(node, ins)
-        geo = p.geo
         if outs[0].size == 0:
             return
         if isa.emit("qconv", self, node, ins, outs, k, p):
             return
-        (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
-        (sh, sw), (dh, dw) = geo.strides, geo.dilations
-        (pt, pl) = geo.pad_begin
-        depthwise = geo.cg == 1 and geo.group > 1
-        # weights - w_zp, arranged for the kernel
-        wq = offset_weights(np.asarray(w.data).reshape(geo.m, geo.cg, kh, kw), p.w_zp, 0)
-        wk = wq[:, 0].transpose(1, 2, 0) if depthwise else wq.transpose(0, 2, 3, 1)  # [kh][kw][M] | [M][kh][kw][cg]
-        wsum = wq.astype(np.int64).reshape(geo.m, -1).sum(axis=1)
-        xoff = -p.x_zp
-        bias = p.bias if p.bias is not None else np.zeros(geo.m, np.int64)
-        folded = bias + xoff * wsum
-        b2 = int32_array(node, np.concatenate([bias, folded]), "bias with the input zero point folded in")
-        taps = geo.cg * kh * kw
-        wmax = int(np.abs(wq.astype(np.int64)).max()) if wq.size else 0
-        check_acc(node, int(np.abs(b2.astype(np.int64)).max())
-                  + taps * wmax * max(offset_range(x.dtype, xoff), offset_range(x.dtype, 0)))
-        # element strides of x [n][c][h][w] and y [n][m][h][w] in the tensors' layout
-        if p.cl:
-            sx = (h * wd * geo.c, wd * geo.c, geo.c, 1)
-            sy = (oh * ow * geo.m, ow * geo.m, geo.m, 1)
-        else:
-            sx = (geo.c * h * wd, wd, 1, h * wd)
-            sy = (geo.m * oh * ow, ow, 1, oh * ow)
-        oha, ohb, rt = _border_tables(h, oh, kh, sh, dh, pt)
-        owa, owb, ct = _border_tables(wd, ow, kw, sw, dw, pl)
-        vals = dict(nb=geo.n, groups=geo.group, cg=geo.cg, mg=geo.mg, oh_n=oh, ow_n=ow, kh_n=kh, kw_n=kw,
-                    sh=sh, sw=sw, pt=pt, pl=pl, oha=oha, ohb=ohb, owa=owa, owb=owb,
-                    rt_at=len(QCONV_FIELDS), ct_at=len(QCONV_FIELDS) + len(rt),
-                    sxb=sx[0], sxh=sx[1], sxw=sx[2], sxc=sx[3], syb=sy[0], syh=sy[1], syw=sy[2], syc=sy[3],
-                    row_step=dh * sx[1], col_step=dw * sx[2], xoff=xoff)
-        vals.update(zip(("yzp", "lo", "hi"), p.rq.geo()))
-        geo_arr = np.array([vals[f] for f in QCONV_FIELDS] + rt + ct, np.int64)
-        check_index(node, geo_arr, geo.n * geo.c * h * wd, geo.n * geo.m * oh * ow)
+        plan = conv_plan(node, x, w, p)
+        depthwise, wk, b2, geo_arr = plan.depthwise, plan.wk, plan.b2, plan.geo_arr
         template = "qdwconv_s8" if depthwise else "qconv_s8"
         unused = ["cg"] if depthwise else []
         if p.cl:
