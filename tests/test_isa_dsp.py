@@ -199,6 +199,41 @@ def test_same_c_on_portable_board():
     assert "_dsp_" not in c.header
 
 
+@pytest.mark.parametrize("act", [(0.0, float("inf")), (-0.3, 0.4)])
+def test_fused_clamp(act):
+    """A fused Relu / Clip (node.act, set by the QDQ pass): the clamp with
+    lo / hi inside int8 (not the SSAT-only variant) in every kernel."""
+    import dataclasses
+
+    from cuvil_mcu import codegen, planner
+    model, feeds = build([("conv", a, {}) for a in (CONV[1], CONV[4], CONV[12], CONV[14])]
+                         + [("fc", FC[0], {})], seed=11)
+    c = compile_model(model, board=BOARD)
+    g = c.graph
+    for n in g.nodes:
+        n.act = act
+    c = dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+    assert "_dsp_fast_" in c.header and "_dsp_fasts_" not in c.header
+    outs = run_host(c, feeds)
+    ref = reference.run(g, feeds)
+    clamped = 0
+    for name, o in zip(g.outputs, outs):
+        np.testing.assert_array_equal(o, ref[name], err_msg=name)
+        clamped += int((ref[name] == ref[name].min()).sum() + (ref[name] == ref[name].max()).sum())
+    assert clamped > 50   # the clamp did bite
+
+
+def test_unfused_zero_point(monkeypatch):
+    """Layers whose zero point cannot ride in the rounding nudge ("fastu")."""
+    from cuvil_mcu.isa import dsp
+    monkeypatch.setattr(dsp, "NUDGE_MAX", 0)
+    model, feeds = build([("conv", a, {}) for a in (CONV[1], CONV[5], CONV[12], CONV[13])]
+                         + [("fc", FC[2], {})], seed=12)
+    c = check(model, feeds)
+    assert "__qconv_dsp_fastu" in c.header and "__qdwpad_dsp_fastu" in c.header
+    assert "__qdwconv_dsp_fastu" in c.header and "__qfc_dsp_fastu" in c.header
+
+
 def test_requant_fast_matches_quant():
     """{{p}}__rq's arithmetic == TFLM's MultiplyByQuantizedMultiplier
     (quant.requantize_fixed) wherever the kernels use it: |acc| < 2^30,

@@ -2,7 +2,10 @@
 M33), selected by cuvil_mcu.isa when the board has isa.dsp. Templates
 kernels/*_dsp.c.j2 use arm_acle.h (and inline asm for SXTB16 ror #8 and
 SMMULR) under __ARM_FEATURE_DSP, plain-C equivalents elsewhere, so the same
-header is checked bit for bit on the host (tests/test_isa_dsp.py).
+header is checked bit for bit on the host (tests/test_isa_dsp.py). The
+kernels carry <PREFIX>_DSP_NOSCHED (GCC's optimize("no-schedule-insns") on
+Arm): GCC's pre-allocation scheduler otherwise hoists the unrolled loads
+and spills the accumulators (KWS 1.94 -> 1.83 instructions/MAC).
 
 Handled (else the functions return False and the portable kernel runs):
 - qconv, general (QLinearConv, NHWC, one group, dilation 1) -> qconv_dsp:
@@ -13,8 +16,14 @@ Handled (else the functions return False and the portable kernel runs):
   (SXTB16 / SXTB16 ror 8) and shared by all output channels; weights are
   pre-arranged [channel pair][row][4-byte group][2][4] so each weight word
   is one load + two SXTB16 feeding 4 SMLADs.
-- qconv, depthwise with multiplier 1 (NHWC) -> qdwconv_dsp: 4 channels per
-  word, SMLABB/SMLATT, interior windows unrolled (kh, kw literals).
+- qconv, depthwise with multiplier 1 (NHWC), c % 4 == 0, kh*kw <= 16,
+  stride_w <= 2 -> qdwpad_dsp: per output row the kh input rows are copied
+  into a stack buffer with the padding made explicit, then 3 neighbouring
+  pixels x 2 channels (ch, ch + 2 of a word: SXTB16 of the word at ch, then
+  of the word one byte on) per pass: each input word is loaded and split
+  once for every tap of the 3 pixels that reads it; weights pre-split into
+  halfword pairs (int16 in flash). Other depthwise layers -> qdwconv_dsp: 4
+  channels per word, SMLABB/SMLATT, interior windows unrolled.
 - qgemm: the QGemm / QLinearMatMul call with a constant int8 B ([n][kk],
   zero point subtracted, a_zp folded into the bias) -> qfc_dsp: 4 output
   channels share each word of A; kk is a literal so B's rows are reached
@@ -25,9 +34,13 @@ depthwise multiplier > 1, dilation, ConvInteger / MatMulInteger (int32
 output), run-time B, batched MatMul, NCHW, stack buffers > MAX_STACK.
 
 Requantization (bit-identical to quant.requantize_fixed, tested there):
-- "fast" ({{p}}__rq: SMMULR on 2*acc then a rounding shift) when |acc| <
+- "fast" ({{p}}__rqz: SMMULR on 2*acc then a rounding shift) when |acc| <
   2^30 is guaranteed (|bias'| + K * 128 * max|w|) and every channel shifts
-  right by 1..31;
+  right by 1..31; one table [channel][mult, e, 2^(e-1) + yzp 2^e] so the
+  output zero point is added inside the rounding (exact: a multiple of 2^e
+  before the floor shift); "fastu" ({{p}}__rq, + yzp after) when that
+  nudge could overflow;
+- v.sat: when the clamp is int8's whole range (lo -128, hi 127) one SSAT;
 - "mid" ({{p}}__rq_mid: one 64-bit multiply, gemmlowp's rounding shift) when
   no channel shifts left;
 - "fixed": the shared {{p}}__mbqm otherwise.
@@ -42,6 +55,7 @@ QCONV_FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kw_n", "sh", "sw", "pt", 
                 "gq", "xzp", "yzp", "lo", "hi")
 QDW_FIELDS = ("nb", "oh_n", "ow_n", "h", "w_n", "c", "sh", "sw", "pt", "pl", "xzp", "yzp", "lo", "hi")
 QFC_FIELDS = ("m", "n", "yzp", "lo", "hi")
+NUDGE_MAX = 2 ** 30   # |2^(e-1) + yzp 2^e| below this: s + nudge cannot overflow (|s| < 2^30)
 MAX_STACK = 4096   # bytes of buffers (border copies, split activations) a conv kernel may put on the stack
 
 
@@ -68,14 +82,40 @@ def requant_mid(acc, mult, e) -> np.ndarray:
 
 
 def _requant(rq, bound: int, channels: int):
-    """(variant, mult, second array) for the kernels' requantization."""
+    """(variant, mult, second array) for the kernels' requantization. The
+    "fast" variant's mult is one table [channel][mult, e, nudge] with nudge
+    = 2^(e-1) + yzp * 2^e (the output zero point rides in the rounding
+    shift: exact, it adds a multiple of 2^e before the floor shift) and no
+    second array (None); "fastu" keeps yzp apart when that nudge could
+    overflow."""
     mult = np.broadcast_to(np.asarray(rq.mult, np.int32).reshape(-1), (channels,))
     shift = np.broadcast_to(np.asarray(rq.shift, np.int32).reshape(-1), (channels,))
     if bound < 2 ** 30 and np.all(shift <= -1) and np.all(shift >= -31):
-        return "fast", mult, (-shift).astype(np.int32)
+        e = (-shift).astype(np.int64)
+        nudge = (np.int64(1) << (e - 1)) + np.int64(rq.zp) * (np.int64(1) << e)
+        if np.all(np.abs(nudge) < NUDGE_MAX):
+            return "fast", np.stack([mult.astype(np.int64), e, nudge], axis=1).astype(np.int32).reshape(-1), None
+        return "fastu", mult, e.astype(np.int32)
     if np.all(shift <= 0) and np.all(shift >= -31) and np.all(mult >= 0):
         return "mid", mult, (-shift).astype(np.int32)
     return "fixed", mult, shift.astype(np.int32)
+
+
+def _sat(rq) -> bool:
+    """The clamp is int8's whole range: one SSAT."""
+    return int(rq.lo) == -128 and int(rq.hi) == 127
+
+
+def _rq_consts(k, node, mode, mult, second, pad=False) -> tuple[str, str]:
+    """The symbols of the requantization arrays (the "fast" table twice);
+    pad: one more channel (a copy of the last) for an odd channel count."""
+    if second is None:
+        t = np.ascontiguousarray(mult)
+        msym = k.const(np.concatenate([t, t[-3:]]) if pad else t, f"{node.name}_rq")
+        return msym, msym
+    f = _pad_even if pad else np.ascontiguousarray
+    return (k.const(f(np.ascontiguousarray(mult)), f"{node.name}_mult"),
+            k.const(f(np.ascontiguousarray(second)), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}"))
 
 
 def _bucket(n: int, least: int) -> int:
@@ -125,19 +165,20 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     npair = wp.shape[0] // 2
     packed = wp.reshape(npair, 2, kh, gq, 4).transpose(0, 2, 3, 1, 4)
     mode, mult, second = _requant(p.rq, bound, m)
+    sat = _sat(p.rq)
     yzp, lo, hi = p.rq.zp, p.rq.lo, p.rq.hi
     vals = dict(nb=geo.n, npx=oh * ow, ow_n=ow, h=h, w_n=wd, c=c, kw_n=kw, sh=sh, sw=sw, pt=pt, pl=pl, m_n=m,
                 l4=l4, lt=lt, gq=gq, xzp=p.x_zp, yzp=yzp, lo=lo, hi=hi)
     k.kernel("requant_fixed")
     k.kernel("intrin_dsp")
     odd_m = m % 2 == 1
-    fn = k.kernel("qconv_dsp", {"name": f"{mode}_k{kh}_{raw}_{xe}" + "_om" * odd_m, "rq": mode,
+    fn = k.kernel("qconv_dsp", {"name": f"{mode}{'s' * sat}_k{kh}_{raw}_{xe}" + "_om" * odd_m, "rq": mode,
+                                "sat": sat,
                                 "kh": kh, "raw": raw, "xe": xe, "odd_m": odd_m, "fields": QCONV_FIELDS})
     wsym = k.const(packed.astype(np.int8).reshape(-1), f"{w.name}_dsp")
     bsym = k.const(_pad_even(int32_array(node, folded, "bias with the input zero point folded in")),
                    f"{node.name}_bias")
-    msym = k.const(_pad_even(np.ascontiguousarray(mult)), f"{node.name}_mult")
-    ssym = k.const(_pad_even(np.ascontiguousarray(second)), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}")
+    msym, ssym = _rq_consts(k, node, mode, mult, second, pad=m % 2 == 1)
     gsym = k.const(np.array([vals[f] for f in QCONV_FIELDS], np.int32), "qconv_dsp_geo")
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
     return True
@@ -161,16 +202,56 @@ def _depthwise(node, x, w, outs, k, p) -> bool:
     if bound > 2 ** 31 - 1:
         return False
     mode, mult, second = _requant(p.rq, bound, c)
+    sat = _sat(p.rq)
+    if c % 4 == 0 and kh * kw <= 16 and sw <= 2 and \
+            _dw_padded(node, x, wk, folded, outs, k, p, mode, mult, second, sat):
+        return True
     vals = dict(nb=geo.n, oh_n=oh, ow_n=ow, h=h, w_n=wd, c=c, sh=sh, sw=sw, pt=pt, pl=pl,
                 xzp=p.x_zp, yzp=p.rq.zp, lo=p.rq.lo, hi=p.rq.hi)
     k.kernel("requant_fixed")
     k.kernel("intrin_dsp")
-    fn = k.kernel("qdwconv_dsp", {"name": f"{mode}_{kh}x{kw}", "rq": mode, "kh": kh, "kw": kw, "fields": QDW_FIELDS})
+    fn = k.kernel("qdwconv_dsp", {"name": f"{mode}{'s' * sat}_{kh}x{kw}", "rq": mode, "sat": sat, "kh": kh, "kw": kw,
+                                  "fields": QDW_FIELDS})
     wsym = k.const(np.ascontiguousarray(wk.astype(np.int8)), f"{w.name}_hwc")
     bsym = k.const(int32_array(node, folded, "bias with the input zero point folded in"), f"{node.name}_bias")
-    msym = k.const(np.ascontiguousarray(mult), f"{node.name}_mult")
-    ssym = k.const(np.ascontiguousarray(second), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}")
+    msym, ssym = _rq_consts(k, node, mode, mult, second)
     gsym = k.const(np.array([vals[f] for f in QDW_FIELDS], np.int32), "qdwconv_dsp_geo")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
+    return True
+
+
+def _dw_padded(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
+    """The depthwise kernel on padded row copies, 3 pixels per pass
+    (qdwpad_dsp), when its row buffer fits the stack."""
+    geo = p.geo
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
+    c = geo.c
+    need = (ow - 1) * sw + kw              # buffer columns the last pixel reads
+    if pl > need:
+        return False
+    # pixels per pass (2 accumulators each): 3 by a count of loads + MACs per row is
+    # near the best for the widths met (KWS 5, VWW 3..48); one value: one kernel (flash)
+    npx = 3
+    nc = max(0, min(wd, need - pl))
+    wpad = (-(-ow // npx) * npx - 1) * sw + kw   # room for the unstored pixels of a last pass
+    rf = wpad - pl - nc
+    buf = MAX_STACK                         # one size: one kernel per (kh, kw, sw) (flash)
+    if kh * wpad * c > buf:
+        return False
+    fields = ("nb", "oh_n", "ow_n", "h", "w_n", "c", "sh", "pt", "lf", "nc", "rf", "wpad", "xzp", "yzp", "lo", "hi")
+    vals = dict(nb=geo.n, oh_n=oh, ow_n=ow, h=h, w_n=wd, c=c, sh=sh, pt=pt, lf=pl, nc=nc, rf=rf, wpad=wpad,
+                xzp=p.x_zp, yzp=p.rq.zp, lo=p.rq.lo, hi=p.rq.hi)
+    k.kernel("requant_fixed")
+    k.kernel("intrin_dsp")
+    fn = k.kernel("qdwpad_dsp", {"name": f"{mode}{'s' * sat}_{kh}x{kw}s{sw}p{npx}", "rq": mode, "sat": sat, "kh": kh,
+                                 "kw": kw, "sw": sw, "np": npx, "buf": buf, "fields": fields})
+    # [group][half][tap][ch 4q + half, 4q + half + 2] as int16: one word per tap
+    w16 = wk.reshape(kh * kw, c // 4, 2, 2).transpose(1, 3, 0, 2).astype(np.int16)
+    wsym = k.const(np.ascontiguousarray(w16).reshape(-1).view(np.int32), f"{node.name}_w_dsp")
+    bsym = k.const(int32_array(node, folded, "bias with the input zero point folded in"), f"{node.name}_bias")
+    msym, ssym = _rq_consts(k, node, mode, mult, second)
+    gsym = k.const(np.array([vals[f] for f in fields], np.int32), "qdwpad_dsp_geo")
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
     return True
 
@@ -196,12 +277,13 @@ def emit_qgemm(op, node, ins, outs, k, prm) -> bool:
     if bound > 2 ** 31 - 1:
         return False
     mode, mult, second = _requant(rq, bound, n)
+    sat = _sat(rq)
     vals = dict(m=m, n=n, yzp=rq.zp, lo=rq.lo, hi=rq.hi)
     k.kernel("requant_fixed")
     k.kernel("intrin_dsp")
-    fn = k.kernel("qfc_dsp", {"name": f"{mode}_k{kk}", "rq": mode, "kk": kk, "fields": QFC_FIELDS})
-    msym = k.const(np.ascontiguousarray(mult), f"{node.name}_mult")
-    ssym = k.const(np.ascontiguousarray(second), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}")
+    fn = k.kernel("qfc_dsp", {"name": f"{mode}{'s' * sat}_k{kk}", "rq": mode, "sat": sat, "kk": kk,
+                              "fields": QFC_FIELDS})
+    msym, ssym = _rq_consts(k, node, mode, mult, second)
     gsym = k.const(np.array([vals[f] for f in QFC_FIELDS], np.int32), "qfc_dsp_geo")
     k.line(f"{fn}({prm['y']}, {prm['a']}, {b_sym}, {c_sym}, {gsym}, {msym}, {ssym});")
     return True
