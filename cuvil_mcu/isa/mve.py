@@ -18,9 +18,10 @@ geometry; identical layers share it):
   partial chunk tail-predicated (VCTP).
 - depthwise convolutions with channel multiplier 1: `qdwconv_mve` —
   vectorised across channels, 8 per pass (VLDRB.S16 widening loads,
-  VMULLB/VMULLT to int32 lanes), taps unrolled along the kernel row,
-  interior windows with the input offset folded into the bias, border
-  windows with x - x_zp per valid tap.
+  VMULLB/VMULLT to int32 lanes), every tap unrolled, weights stored
+  [C/8][kh][kw][8], the input offset folded into the bias for every pixel
+  (a tap outside the input reads a row of x_zp), 2 interior pixels per
+  pass where they fit.
 Requantization is vectorised, 4 channels per vector (requant_mve: VQSHL,
 VQRDMULH, a -1 fixup for negative values, VRSHL), bit-exact with
 quant.requantize_fixed (tested on QEMU, incl. every rounding tie). Anything
@@ -101,7 +102,10 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
                          "bias with the input zero point folded in")
         _helpers(k)
         fn = k.kernel("qdwconv_mve", {"name": _variant_name("s8_fixed", vals), **vals})
-        wk = np.ascontiguousarray(wq[:, 0].transpose(1, 2, 0))      # [kh][kw][C]
+        cp = -(-geo.c // 8) * 8
+        wpad = np.zeros((cp, kh * kw), np.int8)
+        wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
+        wk = np.ascontiguousarray(wpad.reshape(cp // 8, 8, kh * kw).transpose(0, 2, 1))   # [C/8][kh][kw][8]
         k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {k.const(wk, f'{w.name}_hwc')}, "
                f"{k.const(b2, f'{node.name}_bias')}, {_requant_arrays(k, p.rq, node.name, _lane8)});")
         return True
