@@ -120,13 +120,15 @@ STRICT_BUILDS = [
 STRICT_WARNINGS = ["-O1", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
 
-def check_strict_builds(model, feeds: dict, rel: float = 1e-5):
+def check_strict_builds(model, feeds: dict, rel: float = 1e-5, exact: bool = False, **compile_kw):
     """Build the generated C with every compiler of STRICT_BUILDS that is
-    installed (-Werror), run it, and compare each run with the reference.
-    Returns the (cc, flags) that were skipped because the compiler is absent."""
+    installed (-Werror), run it, and compare each run with the reference:
+    within rel of the output range, or bit for bit with exact=True.
+    compile_kw go to compile_model (e.g. requant="float"). Returns the
+    (cc, flags) that were skipped because the compiler is absent."""
     import shutil
 
-    c = compile_model(model)
+    c = compile_model(model, **compile_kw)
     g = c.graph
     ref = reference.run(g, feeds)
     ins = [np.asarray(feeds[n], dtype=g.tensors[n].dtype)[None] for n in g.inputs]
@@ -139,5 +141,12 @@ def check_strict_builds(model, feeds: dict, rel: float = 1e-5):
                          [g.tensors[n].nbytes for n in g.outputs], cc=cc, cflags=STRICT_WARNINGS + flags)
         outs = host.run(exe, ins, c.out_specs, 1)
         for name, o in zip(g.outputs, outs):
-            assert_close(o[0], ref[name], rel, f"{cc} {' '.join(flags)}: output '{name}' vs reference")
+            what = f"{compile_kw or ''} {cc} {' '.join(flags)}: output '{name}' vs reference"
+            if exact:
+                assert o[0].shape == ref[name].shape and o[0].dtype == ref[name].dtype, (
+                    f"{what}: {o[0].dtype}{o[0].shape} vs {ref[name].dtype}{ref[name].shape}")
+                assert np.array_equal(o[0], ref[name]), (
+                    f"{what}: {int((o[0] != ref[name]).sum())} elements differ")
+            else:
+                assert_close(o[0], ref[name], rel, what)
     return skipped

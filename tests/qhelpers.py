@@ -85,26 +85,9 @@ def check_strict(model, feeds: dict, modes=("fixed", "float")):
     (-Werror, C99/C11/C++, sanitizers) in each requant mode, run it, and
     compare with the reference exactly. Returns the builds skipped (compiler
     absent)."""
-    import shutil
-
-    from cuvil_mcu import reference
-    from cuvil_mcu.compiler import compile_model
-    from cuvil_mcu.sim import host
-    from helpers import STRICT_BUILDS, STRICT_WARNINGS
+    from helpers import check_strict_builds
 
     skipped = []
     for mode in modes:
-        c = compile_model(model, requant=mode)
-        g = c.graph
-        ref = reference.run(g, feeds)
-        ins = [np.asarray(feeds[n], dtype=g.tensors[n].dtype)[None] for n in g.inputs]
-        for cc, flags in STRICT_BUILDS:
-            if shutil.which(cc) is None:
-                skipped.append((cc, flags))
-                continue
-            exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                             [g.tensors[n].nbytes for n in g.outputs], cc=cc, cflags=STRICT_WARNINGS + flags)
-            outs = host.run(exe, ins, c.out_specs, 1)
-            for name, o in zip(g.outputs, outs):
-                assert_exact(o[0], ref[name], f"{mode}, {cc} {' '.join(flags)}: output '{name}'")
+        skipped += check_strict_builds(model, feeds, exact=True, requant=mode)
     return skipped

@@ -13,6 +13,21 @@ from .base import Op, const_ints, norm_axis, register, shape_error
 from .transpose import check_rank, contiguous_strides, emit_copy, move_type, tensor_ptr
 
 
+def concat_shape(node, ins, axis: int) -> tuple[int, ...]:
+    """Shape of the inputs joined along axis; every other dimension must agree."""
+    first = ins[0]
+    total = 0
+    for t in ins:
+        if len(t.shape) != len(first.shape) or any(
+                a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise shape_error(node, f"input '{t.name}' {list(t.shape)} does not match "
+                                    f"'{first.name}' {list(first.shape)} outside axis {axis}")
+        total += t.shape[axis]
+    shape = list(first.shape)
+    shape[axis] = total
+    return tuple(shape)
+
+
 @register("Concat")
 class Concat(Op):
     def check(self, node, ins):
@@ -28,19 +43,10 @@ class Concat(Op):
 
     def infer(self, node, ins):
         axis = self._axis(node, ins)
-        first = ins[0]
-        total = 0
         for t in ins:
-            if t.dtype != first.dtype:
-                raise shape_error(node, f"input '{t.name}' is {t.dtype}, input '{first.name}' is {first.dtype}")
-            if len(t.shape) != len(first.shape) or any(
-                    a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
-                raise shape_error(node, f"input '{t.name}' {list(t.shape)} does not match "
-                                        f"'{first.name}' {list(first.shape)} outside axis {axis}")
-            total += t.shape[axis]
-        shape = list(first.shape)
-        shape[axis] = total
-        return [(tuple(shape), first.dtype)]
+            if t.dtype != ins[0].dtype:
+                raise shape_error(node, f"input '{t.name}' is {t.dtype}, input '{ins[0].name}' is {ins[0].dtype}")
+        return [(concat_shape(node, ins, axis), ins[0].dtype)]
 
     def reference(self, node, ins, *arrays):
         return [np.concatenate([np.asarray(a) for a in arrays], axis=self._axis(node, ins))]

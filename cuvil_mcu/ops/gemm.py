@@ -62,17 +62,22 @@ def _all_const(ins) -> bool:
 
 # --------------------------------------------------------------------------- Gemm
 
-def _gemm_dims(node, ins):
-    a, b = ins[0], ins[1]
+def gemm_dims(node, a, b, what: str = "Gemm") -> tuple[int, int, int, int, int]:
+    """(M, N, K, transA, transB) of A x B under the node's transA/transB
+    (Gemm and com.microsoft.QGemm share the rule)."""
     if len(a.shape) != 2 or len(b.shape) != 2:
-        raise shape_error(node, f"Gemm needs 2-D A and B, got {list(a.shape)} and {list(b.shape)}")
+        raise shape_error(node, f"{what} needs 2-D A and B, got {list(a.shape)} and {list(b.shape)}")
     ta, tb = int(node.attr("transA", 0)), int(node.attr("transB", 0))
     m, ka = (a.shape[1], a.shape[0]) if ta else a.shape
     kb, n = (b.shape[1], b.shape[0]) if tb else b.shape
     if ka != kb:
         raise shape_error(node, f"inner dimensions differ: A{list(a.shape)}{' (transA)' if ta else ''} "
                                 f"x B{list(b.shape)}{' (transB)' if tb else ''} gives K {ka} vs {kb}")
-    return int(m), int(n), int(ka)
+    return int(m), int(n), int(ka), ta, tb
+
+
+def _gemm_dims(node, ins):
+    return gemm_dims(node, ins[0], ins[1])[:3]
 
 
 def _c_strides(node, c_shape, m: int, n: int) -> tuple[int, int]:

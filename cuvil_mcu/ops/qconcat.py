@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import quant
+from .concat import concat_shape
 from .base import Op, norm_axis, register, shape_error, unsupported
 from .qelementwise import CODES, CTYPES, build_lut, int8_input, lut_apply, lut_index, out_range, qpair, \
     requant_mode
@@ -72,17 +73,7 @@ class QLinearConcat(Op):
     def infer(self, node, ins):
         dt, _, parts = _params(node, ins)
         axis = _axis(node, ins)
-        first = parts[0][0]
-        total = 0
-        for t, _, _ in parts:
-            if len(t.shape) != len(first.shape) or any(
-                    a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
-                raise shape_error(node, f"input '{t.name}' {list(t.shape)} does not match "
-                                        f"'{first.name}' {list(first.shape)} outside axis {axis}")
-            total += t.shape[axis]
-        shape = list(first.shape)
-        shape[axis] = total
-        return [(tuple(shape), dt)]
+        return [(concat_shape(node, [t for t, _, _ in parts], axis), dt)]
 
     def reference(self, node, ins, *arrays):
         dt, (ys, yz), parts = _params(node, ins)

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import quant
 from .. import isa
+from .gemm import gemm_dims
 from .base import Op, register, shape_error, unsupported
 from .gemm import _batch_offsets, _c_strides, matmul_dims
 
@@ -271,16 +272,7 @@ class _Gemm:
 
 
 def _qgemm_dims(node, ins):
-    a, b = ins[0], ins[3]
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise shape_error(node, f"QGemm needs 2-D A and B, got {list(a.shape)} and {list(b.shape)}")
-    ta, tb = int(node.attr("transA", 0)), int(node.attr("transB", 0))
-    m, ka = (a.shape[1], a.shape[0]) if ta else a.shape
-    kb, n = (b.shape[1], b.shape[0]) if tb else b.shape
-    if ka != kb:
-        raise shape_error(node, f"inner dimensions differ: A{list(a.shape)}{' (transA)' if ta else ''} "
-                                f"x B{list(b.shape)}{' (transB)' if tb else ''} gives K {ka} vs {kb}")
-    return int(m), int(n), int(ka), ta, tb
+    return gemm_dims(node, ins[0], ins[3], "QGemm")
 
 
 @register("com.microsoft.QGemm")
