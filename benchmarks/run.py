@@ -31,6 +31,12 @@ from cuvil_mcu.errors import CuvilError  # noqa: E402
 from cuvil_mcu.sim import qemu  # noqa: E402
 
 DEFAULT_BOARDS = ["qemu-mps2-an386", "qemu-mps3-an547"]
+PORTABLE_BOARD = "qemu-mps2-an385"   # Cortex-M3: no DSP extension, the portable C kernels
+# issue #4: instructions/MAC upper bounds per (model, board)
+TARGETS = {("kws_dscnn", "qemu-mps2-an386"): 1.4, ("ic_resnet8", "qemu-mps2-an386"): 1.3,
+           ("vww_mobilenet_v1_025", "qemu-mps2-an386"): 1.6, ("ad_fc_autoencoder", "qemu-mps2-an386"): 1.2,
+           ("kws_dscnn", "qemu-mps3-an547"): 0.35, ("ic_resnet8", "qemu-mps3-an547"): 0.35}
+OVERHEAD_MAX = 12 * 1024   # text+rodata - weights
 
 
 def _num(s: str) -> float:
@@ -68,6 +74,8 @@ def main(argv=None) -> int:
     ap.add_argument("--boards", default=",".join(DEFAULT_BOARDS))
     ap.add_argument("--models", default=",".join(sm.NAMES))
     ap.add_argument("--markdown", action="store_true", help="also print the markdown table for docs/benchmarks.md")
+    ap.add_argument("--no-portable", action="store_true",
+                    help=f"skip the portable-C runs on {PORTABLE_BOARD} (the DSP speed-up column)")
     args = ap.parse_args(argv)
     boards = [b for b in args.boards.split(",") if b]
     names = [n for n in args.models.split(",") if n]
@@ -111,7 +119,35 @@ def main(argv=None) -> int:
             flag = "" if m["exact"] else " (outputs differ!)"
             print(f"| {name} | {board} | {m['macs']:,} | {m['instructions']:,}{flag} | {m['per_mac']:.3f} | "
                   f"{m['arena']:,} | {m['text']:,} | {m['weights']:,} | {tf} |")
-    bad = [r for r in rows if r[2] is None or not r[2]["exact"]]
+    portable = {}
+    if not args.no_portable:
+        print()
+        print(f"Portable C ({PORTABLE_BOARD}, Cortex-M3) vs the DSP kernels (qemu-mps2-an386):")
+        for name in names:
+            dsp = next((m for n, b, m, _ in rows if n == name and b == "qemu-mps2-an386" and m), None)
+            try:
+                pm = measure(name, PORTABLE_BOARD)
+            except CuvilError as e:
+                print(f"  {name:22s} error: {str(e).splitlines()[0][:120]}")
+                continue
+            portable[name] = pm
+            ratio = f"{pm['instructions'] / dsp['instructions']:.2f}x fewer with DSP" if dsp else ""
+            print(f"  {name:22s} portable {pm['per_mac']:.3f} instr/MAC  {ratio}"
+                  f"{'' if pm['exact'] else '  MISMATCH'}", flush=True)
+    print()
+    print("Issue #4 targets:")
+    for name, board, m, _ in rows:
+        if m is None:
+            continue
+        goal = TARGETS.get((name, board))
+        over = m["text"] - m["weights"]
+        verdict = []
+        if goal is not None:
+            verdict.append(f"instr/MAC {m['per_mac']:.3f} {'<=' if m['per_mac'] <= goal else '>'} {goal} "
+                           f"{'ok' if m['per_mac'] <= goal else 'MISSED'}")
+        verdict.append(f"text+rodata - weights {over:,} B {'ok' if over <= OVERHEAD_MAX else 'MISSED (> 12 KB)'}")
+        print(f"  {name:22s} {board:16s} " + "; ".join(verdict))
+    bad = [r for r in rows if r[2] is None or not r[2]["exact"]] + [p for p in portable.values() if not p["exact"]]
     return 1 if bad else 0
 
 

@@ -584,3 +584,36 @@ def test_qadd_fast_instructions_an386():
     per = r.instructions / n
     print(f"\nsame-shape int8 QLinearAdd on an386: {per:.2f} instructions/element")
     assert per <= 25
+
+
+def test_qadd_fast_64bit_multiply_path(monkeypatch):
+    """The kernel's 64-bit multiply-add form (taken when the constant parts
+    scaled for the SMMULR form would overflow int32; no QADD_CASES case
+    needs it) equals the reference on all pairs too."""
+    from cuvil_mcu.ops import qelementwise as qe
+    real = qe.add_fast_plan
+
+    def no_mmr(*a, **kw):
+        plan = real(*a, **kw)
+        if plan is not None:
+            plan["mmr"] = False
+        return plan
+    monkeypatch.setattr(qe, "add_fast_plan", no_mmr)
+    m, feeds = _add_all_pairs_model("int8", QADD_CASES[2])
+    c = compile_model(m, requant="fixed")
+    assert "smmulr" not in c.header and "qadd_s8" in c.header
+    assert_exact(run_c(m, feeds, requant="fixed")[0], run_ref(m, feeds, requant="fixed")[0], "64-bit form")
+
+
+@pytest.mark.skipif(not __import__("shutil").which("qemu-system-arm"), reason="qemu-system-arm not installed")
+@pytest.mark.parametrize("case", [QADD_CASES[1], QADD_CASES[3]])
+def test_qadd_fast_all_pairs_on_m4(case):
+    """All 256 x 256 input pairs through the SMMULR / SSAT form on an emulated
+    Cortex-M4 (mps2-an386): equal to the reference."""
+    from cuvil_mcu.sim import qemu
+    m, feeds = _add_all_pairs_model("int8", case)
+    c = compile_model(m, board="qemu-mps2-an386", requant="fixed")
+    assert "smmulr" in c.header
+    r = qemu.simulate(c, [feeds[k][None] for k in c.graph.inputs], "qemu-mps2-an386")
+    ref = run_ref(m, feeds, requant="fixed")[0]
+    assert_exact(r.outputs[0].reshape(ref.shape), ref, "qadd_s8 on an386 vs reference")

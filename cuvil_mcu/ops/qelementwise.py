@@ -52,7 +52,7 @@ import math
 
 import numpy as np
 
-from .. import quant
+from .. import isa, quant
 from .base import Op, broadcast_shape, register, shape_error, unsupported
 from .elementwise import broadcast_strides
 
@@ -295,9 +295,20 @@ def add_fast_plan(dt, za, zb, zc, params, lo, hi):
     ref = np.clip(quant.requantize_fixed(v1 + v2, mo, so) + zc, lo, hi)
     if not np.array_equal(y, ref):
         return None
-    return {"mh1": p1["mh"], "ml1": p1["ml"], "r1": r1, "n1": p1["n"], "dc1": p1["dc"], "z1": int(za),
+    plan = {"mh1": p1["mh"], "ml1": p1["ml"], "r1": r1, "n1": p1["n"], "dc1": p1["dc"], "z1": int(za),
             "mh2": p2["mh"], "ml2": p2["ml"], "r2": p2["r"], "n2": p2["n"], "dc2": p2["dc"], "z2": int(zb),
-            "big": big, "mo": mo, "nh": nudge >> 31, "nl": nudge & ((1 << 31) - 1), "e": e, "c": c, "lo": lo, "hi": hi}
+            "big": big, "mo": mo, "nh": nudge >> 31, "nl": nudge & ((1 << 31) - 1), "e": e, "c": c, "lo": lo, "hi": hi,
+            "mmr": False}
+    # One rounding multiply (SMMULR on Arm) instead of a 64-bit multiply-add: the constant
+    # parts (k1 + k2) * big are added to the scaled sum, so the output multiply's nudge
+    # is just 2^31.
+    d_k = (s + kk) * big
+    w_k = (d_k * mo + (1 << 31)) >> 32
+    t_k = (w_k + (w_k >> 31) + c) if e else w_k + c
+    if all(_fits32(x) for x in (s * big, kk * big, d_k, w_k, t_k)) and \
+            np.array_equal(np.clip(t_k >> e, lo, hi), ref):
+        plan.update(mmr=True, kkb=kk * big)
+    return plan
 
 
 @register("com.microsoft.QLinearAdd", "com.microsoft.QLinearMul")
@@ -354,6 +365,9 @@ class QLinearBinary(Op):
         add = node.op_type.endswith("Add")
         if mode == "float" and add and _a_is_inner_scalar(node, a.shape, b.shape):
             a, b, (sa, za), (sb, zb) = b, a, (sb, zb), (sa, za)
+        if mode == "fixed" and add and isa.emit("qadd", self, node, ins, outs, k, dict(
+                dt=dt, a=a, b=b, y=y, za=za, zb=zb, zc=zc, params=add_fixed_params(sa, sb, sc), lo=lo, hi=hi)):
+            return
         if mode == "fixed" and add and tuple(a.shape) == tuple(b.shape) == tuple(y.shape):
             plan = add_fast_plan(dt, za, zb, zc, add_fixed_params(sa, sb, sc), lo, hi)
             if plan is not None:
