@@ -45,6 +45,11 @@ def _sim_exact(model, feeds, requant="fixed"):
     return c, r
 
 
+def _has_dw(header: str) -> bool:
+    """A Helium depthwise kernel is in the header (per-layer or generic)."""
+    return "__qdwconv_mve" in header or "__qdwconv_gen_mve" in header
+
+
 # --------------------------------------------------------------------------- layer shapes
 
 EXTRA = [
@@ -83,7 +88,7 @@ def test_conv_cases_exact(seed):
     model, feeds = conv_model("int8", seed=seed)
     c, _ = _sim_exact(model, feeds)
     # the Helium kernels did run (the cases they decline use the portable ones)
-    assert "__qdot_mve" in c.header and "__qdwconv_mve" in c.header
+    assert "__qdot_mve" in c.header and _has_dw(c.header)
 
 
 @needs_qemu
@@ -91,7 +96,7 @@ def test_conv_cases_exact(seed):
 def test_extra_shapes_exact(seed):
     model, feeds = extra_model(seed)
     c, _ = _sim_exact(model, feeds)
-    assert "__qdot_mve" in c.header and "__qdwconv_mve" in c.header
+    assert "__qdot_mve" in c.header and _has_dw(c.header)
     # every layer of EXTRA is one the Helium kernels take
     assert "__qconv_s8_" not in c.header and "__qdwconv_s8_" not in c.header
 
@@ -326,13 +331,14 @@ int main(void)
 # --------------------------------------------------------------------------- shared models
 
 # instructions per MAC reached (see the report printed); the bound guards
-# against regressions, issue 4's target is 0.35
-PER_MAC_BOUND = {"kws_dscnn": 0.48, "ic_resnet8": 0.40}
+# against regressions (issue 4's targets: KWS and IC <= 0.35, firmware
+# text+rodata <= weights + 12 KB for every model)
+PER_MAC_BOUND = {"kws_dscnn": 0.36, "ic_resnet8": 0.30, "person_detect": 0.50}
 
 
 @needs_qemu
 @pytest.mark.skipif(not sm.available(), reason="shared models not found")
-@pytest.mark.parametrize("name", ["kws_dscnn", "ic_resnet8"])
+@pytest.mark.parametrize("name", ["kws_dscnn", "ic_resnet8", "person_detect"])
 def test_shared_model_exact(name):
     c = compile_model(str(sm.model_path(name)), board=BOARD)
     g = c.graph

@@ -10,7 +10,9 @@ kernel (the numpy reference is the oracle for both).
 Variant modules export functions named `emit_<kind>(op, node, ins, outs, k,
 params) -> bool`; kinds so far: "qconv" (QLinearConv/ConvInteger, params =
 the op's `_params` result), "qgemm" (the QGemm/QLinearMatMul kernel call,
-params = the keyword arguments of ops.qgemm.emit_qgemm).
+params = the keyword arguments of ops.qgemm.emit_qgemm), "qadd" (QLinearAdd in
+fixed mode, params = dict dt, a, b, y, za, zb, zc, params (add_fixed_params),
+lo, hi), "qavgpool" (QLinearAveragePool, params: see ops/qpool.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,9 @@ geometry; identical layers share it):
   column dilation 1 unless the kernel is 1x1) and QGemm / QLinearMatMul with
   a constant B (one batch entry, no transA): `qdot_mve` — dot products over
   the window (kernel rows x kernel columns x channels, contiguous in NHWC),
-  16 int8 MACs per VMLADAVA, 2 pixels x 4 output channels per pass.
+  16 int8 MACs per VMLADAVA, 2 pixels x 4 output channels per pass; the
+  chunk loop is inline asm with the 8 sums pinned to the even registers
+  VMLADAV writes (GCC otherwise spills), unrolled up to 4 chunks.
   Weights are stored interleaved per group of 4 channels, chunk by chunk of
   16, zero padded. A window that is not contiguous in x is copied first
   (im2col into a stack buffer, 2 x kk rounded up to 16 bytes, taps outside
@@ -22,9 +24,23 @@ geometry; identical layers share it):
   [C/8][kh][kw][8], the input offset folded into the bias for every pixel
   (a tap outside the input reads a row of x_zp), 2 interior pixels per
   pass where they fit.
+  A model with more than GENERIC_DW_ABOVE distinct depthwise geometries
+  (MobileNets) uses `qdwconv_gen_mve` instead: the same arithmetic, one
+  function per kernel size with the geometry and tap offsets in const
+  tables (a few instructions more per tap, ~1 KB of code less per layer).
+- QLinearAdd, fixed mode, int8, same-shape operands: `qadd_mve`, TFLM's
+  recipe in int32 lanes, 4 elements per vector (VMLAS for (x - zp) * 2^20,
+  VQRDMULH, VRSHL, output requant, zero point, clamp, narrowing store); the
+  -1 fix-ups of the half-away rounding are dropped where an exhaustive
+  check over all 256 x 256 input pairs (numpy model of the instructions vs
+  the reference) shows they never matter; other broadcasts fall back.
+- QLinearAveragePool, TFLM recipe (same in/out parameters), int8, NHWC,
+  2-D, at most 255 taps: `qavgpool_mve`, int16 lane sums of 8 channels, the
+  rounding division as a multiply by ceil(2^31 / cnt) (exact, checked).
 Requantization is vectorised, 4 channels per vector (requant_mve: VQSHL,
 VQRDMULH, a -1 fixup for negative values, VRSHL), bit-exact with
-quant.requantize_fixed (tested on QEMU, incl. every rounding tie). Anything
+quant.requantize_fixed (tested on QEMU, incl. every rounding tie); a
+layer whose shifts are all < 0 (rneg) skips the VAND of the fix-up. Anything
 else (float requant, uint8 activations, int16 weights, NCHW, grouped
 non-depthwise convolutions, channel multiplier > 1, int32 outputs, wide
 windows) returns False: the portable kernel is used.
@@ -96,18 +112,31 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
         vals = dict(nb=geo.n, oh_n=oh, ow_n=ow, kh_n=kh, kw_n=kw, sh=sh, sw=sw, pt=pt, pl=pl, dh=dh, dw=dw,
                     ih_n=h, iw_n=wd, c_n=geo.c, oha=oha, ohb=ohb, owa=owa, owb=owb,
                     sxb=sx[0], sxh=sx[1], sxw=sx[2], xoff=-p.x_zp, yzp=p.rq.zp, lo=lo, hi=hi,
-                    lsh=int(np.any(np.asarray(p.rq.shift) > 0)))
+                    lsh=int(np.any(np.asarray(p.rq.shift) > 0)), rneg=int(np.all(np.asarray(p.rq.shift) < 0)))
         check_index(node, np.array(list(vals.values()), np.int64), geo.n * geo.c * h * wd * 2)
         b2 = int32_array(node, np.concatenate([_lane8(bias), _lane8(folded)]),
                          "bias with the input zero point folded in")
         _helpers(k)
-        fn = k.kernel("qdwconv_mve", {"name": _variant_name("s8_fixed", vals), **vals})
         cp = -(-geo.c // 8) * 8
+        # one block of 8 channels per pixel: the per-pixel work of the generic
+        # kernel would cost ~50% more, so such a layer keeps its own variant
+        generic = 8 < cp <= 512 and _depthwise_geometries(k.graph) > GENERIC_DW_ABOVE
+        if generic:
+            gv = dict(kh_n=kh, kw_n=kw, lsh=vals["lsh"], rneg=vals["rneg"], tail=int(geo.c % 8 != 0))
+            fn = k.kernel("qdwconv_gen_mve", {"name": "s8_" + "".join(str(gv[f]) for f in sorted(gv)), **gv})
+            g = np.array([geo.n, oh, ow, geo.c, sh, sw, pt, pl, dh, dw, h, wd, oha, ohb, owa, owb,
+                          sx[0], sx[1], sx[2], -p.x_zp, p.rq.zp, lo, hi, cp], np.int64)
+            to = np.array([a * dh * sx[1] + b_ * dw * sx[2] for a in range(kh) for b_ in range(kw)], np.int64)
+            check_index(node, g, to)
+            extra = f", {k.const(g.astype(np.int32), 'dw_geo')}, {k.const(to.astype(np.int32), 'dw_taps')}"
+        else:
+            fn = k.kernel("qdwconv_mve", {"name": _variant_name("s8_fixed", vals), **vals})
+            extra = ""
         wpad = np.zeros((cp, kh * kw), np.int8)
         wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
         wk = np.ascontiguousarray(wpad.reshape(cp // 8, 8, kh * kw).transpose(0, 2, 1))   # [C/8][kh][kw][8]
         k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {k.const(wk, f'{w.name}_hwc')}, "
-               f"{k.const(b2, f'{node.name}_bias')}, {_requant_arrays(k, p.rq, node.name, _lane8)});")
+               f"{k.const(b2, f'{node.name}_bias')}, {_requant_arrays(k, p.rq, node.name, _lane8)}{extra});")
         return True
     if geo.group != 1:
         return False
@@ -124,10 +153,28 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
                 cin=geo.c, m_n=geo.m, kk=kk, kk16=-(-kk // 16) * 16, direct=int(direct), sbias=0,
                 oha=oha, ohb=ohb, owa=owa, owb=owb,
                 sxb=sx[0], sxh=sx[1], sxw=sx[2], xzp=p.x_zp, yzp=p.rq.zp, lo=lo, hi=hi,
-                lsh=int(np.any(np.asarray(p.rq.shift) > 0)))
+                lsh=int(np.any(np.asarray(p.rq.shift) > 0)), rneg=int(np.all(np.asarray(p.rq.shift) < 0)))
     _emit_qdot(k, node, vals, k.ptr(outs[0]), k.ptr(x), k.const(_interleave(wk), f"{w.name}_mve"),
                k.const(b, f"{node.name}_bias"), p.rq)
     return True
+
+
+# Above this many distinct depthwise geometries in a model, its depthwise
+# layers share one generic kernel per kernel size (geometry read at run
+# time: a few more instructions, much less code) instead of one per layer.
+GENERIC_DW_ABOVE = 2
+
+
+def _depthwise_geometries(g) -> int:
+    """Distinct depthwise QLinearConv geometries of graph g (flash pressure)."""
+    seen = set()
+    for n in g.nodes:
+        if n.op_type != "QLinearConv" or int(n.attr("group", 1)) <= 1:
+            continue
+        t = [g.tensors[i] for i in n.inputs[:4] if i]
+        seen.add((tuple(t[0].shape), tuple(t[3].shape), tuple(n.attr("strides", []) or []),
+                  tuple(n.attr("pads", []) or []), tuple(n.attr("dilations", []) or [])))
+    return len(seen)
 
 
 def _pad4(v) -> np.ndarray:
@@ -187,6 +234,133 @@ def emit_qgemm(op, node, ins, outs, k, params) -> bool:
     vals = dict(nb=1, oh_n=1, ow_n=m, kh_n=1, kw_n=1, sh=1, sw=1, pt=0, pl=0, dh=1, ih_n=1, iw_n=m, cin=kk,
                 oha=0, ohb=1, owa=0, owb=m,
                 m_n=n, kk=kk, kk16=-(-kk // 16) * 16, direct=1, sbias=n if q["sc"][0] else 0, sxb=0, sxh=0, sxw=kk,
-                xzp=0, yzp=rq.zp, lo=rq.lo - rq.zp, hi=rq.hi - rq.zp, lsh=int(np.any(np.asarray(rq.shift) > 0)))
+                xzp=0, yzp=rq.zp, lo=rq.lo - rq.zp, hi=rq.hi - rq.zp, lsh=int(np.any(np.asarray(rq.shift) > 0)),
+                rneg=int(np.all(np.asarray(rq.shift) < 0)))
     _emit_qdot(k, node, vals, q["y"], q["a"], k.const(_interleave(wk), f"{wsym}_mve"), q["c"], rq)
+    return True
+
+
+# --------------------------------------------------------------------------- element-wise Add
+
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _vqrdmulh(a, m: int) -> np.ndarray:
+    """VQRDMULH.S32 by a scalar: sat((2 * a * m + 2^31) >> 32) (|a| <= 2^31 and
+    -2^31 < m < 2^31 keep the int64 product in range)."""
+    a = np.asarray(a, np.int64)
+    return np.clip((a * (2 * m) + (1 << 31)) >> 32, I32_MIN, I32_MAX)
+
+
+def _vrshl(v, sh: int) -> np.ndarray:
+    """VRSHL.S32 by a scalar: sh >= 0 shifts left (wraps), < 0 right, rounding halves up."""
+    v = np.asarray(v, np.int64)
+    if sh >= 0:
+        return ((v << sh) + (1 << 31)) % (1 << 32) - (1 << 31)
+    return (v + (1 << (-sh - 1))) >> -sh
+
+
+def _vfix(v) -> np.ndarray:
+    """vqaddq(v, v >> 31): a negative value lowered by one (saturating)."""
+    v = np.asarray(v, np.int64)
+    return np.maximum(v + (v >> 31), I32_MIN)
+
+
+def _add_vector(codes_a, codes_b, q, fix1, fix2, fixo) -> np.ndarray:
+    """What qadd_mve computes for int8 codes a, b (broadcasting), given its q array."""
+    def inp(x, zterm, m, s, fix):
+        v = _vqrdmulh(np.asarray(x, np.int64) * (1 << 20) + zterm, m)
+        return _vrshl(_vfix(v) if fix else v, s)
+    s = inp(codes_a, q[0], q[1], q[2], fix1) + inp(codes_b, q[3], q[4], q[5], fix2)
+    s = np.clip(s, I32_MIN, I32_MAX)   # cannot wrap: |v| < 2^28 each
+    if q[6]:
+        s = np.clip(s << q[6], I32_MIN, I32_MAX)
+    s = _vqrdmulh(s, q[7])
+    s = _vrshl(_vfix(s) if fixo else s, q[8]) + q[9]
+    return np.clip(s, q[10], q[11])
+
+
+def add_mve_plan(za, zb, zc, params, lo, hi):
+    """(q array, variant flags) of qadd_mve for one node, or None. Each
+    rounding fix-up is dropped when the exhaustive check over all 256 x 256
+    int8 input pairs shows it changes no result; the final recipe is
+    compared with the reference (quant.requantize_fixed) on all pairs."""
+    from .. import quant
+    m1, s1, m2, s2, mo, so = params
+    if s1 > 0 or s2 > 0 or not all(-(1 << 31) < m < (1 << 31) for m in (m1, m2, mo)) or not all(-128 <= z <= 127 for z in (za, zb, zc)):
+        return None
+    q = [-za * (1 << 20), m1, s1, -zb * (1 << 20), m2, s2, max(so, 0), mo, min(so, 0), zc, lo, hi]
+    codes = np.arange(-128, 128, dtype=np.int64)
+    a, b = codes[:, None], codes[None, :]
+    v1 = quant.requantize_fixed((a - za) * (1 << 20), m1, s1)
+    v2 = quant.requantize_fixed((b - zb) * (1 << 20), m2, s2)
+    ref = np.clip(quant.requantize_fixed(v1 + v2, mo, so) + zc, lo, hi)
+    flags = {"fix1": int(s1 < 0), "fix2": int(s2 < 0), "fixo": int(so < 0)}
+    if not np.array_equal(_add_vector(a, b, q, **flags), ref):
+        return None
+    for f in ("fix1", "fix2", "fixo"):   # drop a fix-up where it never matters
+        if flags[f]:
+            trial = dict(flags, **{f: 0})
+            if np.array_equal(_add_vector(a, b, q, **trial), ref):
+                flags = trial
+    return q, dict(flags, lsh=int(so > 0), sh1=int(s1 != 0), sh2=int(s2 != 0))
+
+
+def emit_qadd(op, node, ins, outs, k, params) -> bool:
+    """com.microsoft.QLinearAdd, fixed mode, int8, same-shape A, B and Y."""
+    p = params
+    a, b, y = p["a"], p["b"], p["y"]
+    if p["dt"] != "int8" or not (tuple(a.shape) == tuple(b.shape) == tuple(y.shape)):
+        return False
+    plan = add_mve_plan(p["za"], p["zb"], p["zc"], p["params"], p["lo"], p["hi"])
+    if plan is None:
+        return False
+    q, flags = plan
+    _helpers(k)
+    fn = k.kernel("qadd_mve", {"name": "s8_" + "".join(str(flags[f]) for f in ("fix1", "fix2", "fixo", "lsh", "sh1", "sh2")),
+                               **flags})
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(a)}, {k.ptr(b)}, {y.size}, "
+           f"{k.const(np.array(q, np.int32), f'{node.name}_q')});")
+    return True
+
+
+# --------------------------------------------------------------------------- average pooling
+
+def _recips(cmax: int):
+    """rc[c] = ceil(2^31 / c) for c in 1..cmax (rc[0] = 0), or None unless
+    (u * rc[c]) >> 31 == u // c for every u < 129 * c (the kernel's range)."""
+    rc = [0] + [-(-(1 << 31) // c) for c in range(1, cmax + 1)]
+    for c in range(1, cmax + 1):
+        u = np.arange(129 * c, dtype=np.int64)
+        if not np.array_equal((u * rc[c]) >> 31, u // c):
+            return None
+    return np.array(rc, np.uint32)
+
+
+def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
+    """QLinearAveragePool, TFLM recipe (fixed mode, equal in/out parameters),
+    int8, NHWC, 2-D, at most 255 taps per window."""
+    p = params
+    x, y, tabs, xs = p["x"], p["y"], p["tabs"], p["nchw"]
+    if x.dtype != "int8" or not p["channels_last"] or len(tabs) != 2 or len(xs) != 4:
+        return False
+    (th, dh), (tw, dw) = tabs
+    if dh != 1 or dw != 1:
+        return False
+    cmax = int(th[:, 2].max()) * int(tw[:, 2].max())
+    cmin = int(th[:, 2].min()) * int(tw[:, 2].min())
+    if cmax > 255 or cmin < 1:
+        return False
+    rc = _recips(cmax)
+    if rc is None:
+        return False
+    rc = rc[cmin:]
+    nb, c, h, w = xs
+    g = np.array([nb, c, len(th), len(tw), h * w * c, w * c, len(th) * len(tw) * c, len(tw) * c,
+                  p["xzp"], p["lo"], p["hi"], cmin], np.int64)
+    check_index(node, g, nb * c * h * w * 2)
+    fn = k.kernel("qavgpool_mve", {"name": "s8"})
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(g.astype(np.int32), 'qavgpool_geo')}, "
+           f"{k.const(th.reshape(-1).astype(np.int32), 'pool_rows')}, "
+           f"{k.const(tw.reshape(-1).astype(np.int32), 'pool_cols')}, {k.const(rc.view(np.int32), 'pool_recip')});")
     return True

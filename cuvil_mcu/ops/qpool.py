@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import quant
+from .. import isa, quant
 from .base import Op, register, shape_error, unsupported
 from .pool import geometry
 from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, qpair, requant_mode
@@ -310,6 +310,9 @@ class QLinearAveragePool(Op):
             _emit_gap(node, k, x, y, xs, "float", xs_, xz, ys, yz, lo, hi)
             return
         tabs = self._tables(node, xs)
+        if mode == "fixed" and xs_ == ys and xz == yz and isa.emit("qavgpool", self, node, ins, outs, k, dict(
+                x=x, y=y, tabs=tabs, nchw=xs, channels_last=channels_last(node), xzp=xz, lo=lo, hi=hi)):
+            return
         if mode == "fixed" and xs_ == ys and xz == yz:
             _emit_pool(node, k, x, y, tabs, xs, {"kind": "avg_tflm"}, lo, hi, xz, yz)
         elif mode == "fixed":
