@@ -137,7 +137,7 @@ FC = [(1, 64, 12), (1, 13, 7), (3, 37, 9), (1, 640, 128), (2, 8, 5), (1, 4, 1)]
 def test_conv_layers(requant):
     model, feeds = build([("conv", a, {}) for a in CONV], seed=3)
     c = check(model, feeds, requant)
-    for kern in ("__qconv_dsp_", "__qdwconv_dsp_"):
+    for kern in ("__qconv2_dsp_", "__qdwconv_dsp_"):   # qconv2: paired channels (tests/test_dsp_conv.py)
         assert (kern in c.header) == (requant == "fixed"), f"{kern} used exactly in fixed mode"
 
 
@@ -145,7 +145,7 @@ def test_conv_per_tensor_no_bias_and_left_shift():
     layers = [("conv", ((1, 8, 5, 6), (6, 8, 3, 3), dict(pads=[1, 1, 1, 1])), dict(bias=False, per_channel=False)),
               ("conv", ((1, 8, 5, 6), (6, 8, 1, 1), {}), dict(big=True))]
     c = check(*build(layers, seed=5))
-    assert "qconv_dsp_fast" in c.header and "qconv_dsp_fixed" in c.header
+    assert "qconv2_dsp_fast" in c.header and "qconv2_dsp_fixed" in c.header
 
 
 def huge_bias_model(layers=()):
@@ -164,7 +164,7 @@ def huge_bias_model(layers=()):
 
 def test_conv_huge_bias_and_zero_shift():
     c = check(*huge_bias_model())
-    assert "qconv_dsp_mid" in c.header
+    assert "qconv2_dsp_mid" in c.header
 
 
 def test_conv_fallbacks():
@@ -184,12 +184,12 @@ def test_fc_layers(requant):
                          + [("fc", (1, 24, 10), dict(bias=False, per_channel=True)),
                             ("fc", (2, 8, 24), dict(big=True))], seed=4)
     c = check(model, feeds, requant)
-    assert ("__qfc_dsp_" in c.header) == (requant == "fixed")
+    assert ("__qfc2_dsp_" in c.header) == (requant == "fixed")   # paired channels (tests/test_dsp_fc.py)
 
 
 def test_fc_uint8_falls_back():
     c = check(*build([("fc", (1, 20, 6), dict(xdt="uint8"))], seed=2))
-    assert "__qfc_dsp_" not in c.header
+    assert "__qfc_dsp_" not in c.header and "__qfc2_dsp_" not in c.header
 
 
 def test_same_c_on_portable_board():
@@ -230,8 +230,8 @@ def test_unfused_zero_point(monkeypatch):
     model, feeds = build([("conv", a, {}) for a in (CONV[1], CONV[5], CONV[12], CONV[13])]
                          + [("fc", FC[2], {})], seed=12)
     c = check(model, feeds)
-    assert "__qconv_dsp_fastu" in c.header and "__qdwpad_dsp_fastu" in c.header
-    assert "__qdwconv_dsp_fastu" in c.header and "__qfc_dsp_fastu" in c.header
+    assert "__qconv2_dsp_fastu" in c.header and "__qdwpad_dsp_fastu" in c.header
+    assert "__qdwconv_dsp_fastu" in c.header and "__qfc2_dsp_fastu" in c.header
 
 
 def test_requant_fast_matches_quant():
@@ -289,7 +289,7 @@ def test_on_qemu(board):
               ("conv", ((1, 8, 5, 6), (6, 8, 1, 1), {}), dict(big=True))]
     model, feeds = huge_bias_model(layers)
     c = compile_model(model, board=board)
-    kernels = ("__qconv_dsp_", "__qdwconv_dsp_", "__qfc_dsp_", "_dsp_fast", "_dsp_mid", "_dsp_fixed")
+    kernels = ("__qconv2_dsp_", "__qdwconv_dsp_", "__qfc2_dsp_", "_dsp_fast", "_dsp_mid", "_dsp_fixed")
     for kern in kernels:
         assert kern in c.header, kern
     g = c.graph

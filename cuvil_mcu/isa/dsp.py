@@ -7,6 +7,18 @@ kernels carry <PREFIX>_DSP_NOSCHED (GCC's optimize("no-schedule-insns") on
 Arm): GCC's pre-allocation scheduler otherwise hoists the unrolled loads
 and spills the accumulators (KWS 1.94 -> 1.83 instructions/MAC).
 
+Tried first, each when its compile-time preconditions hold (else the kernels
+below):
+- dsp_conv.py -> qconv2_dsp: general conv with "paired-channel halfwords":
+  per output-channel pair one int16 256*w[m+1] + w[m] per input, so one
+  weight word + one SXTB16 feed two SMLADs that give both channels' sums
+  (the high one recovered as (T - B) >> 8, exact under a per-pair bound);
+  2 pixels x 2 pairs per pass, 14 instructions per 16 MACs.
+- dsp_dw.py -> qdw2_dsp: depthwise on per-channel planes of vertical
+  halfword pairs, 2 outputs per pass, 4-instruction requantization.
+- dsp_fc.py -> qfc2_dsp: fully connected with the paired-channel halfwords,
+  each activation word shared by 3 channel pairs.
+
 Handled (else the functions return False and the portable kernel runs):
 - qconv, general (QLinearConv, NHWC, one group, dilation 1) -> qconv_dsp:
   2 output pixels x 2 output channels per pass. Per pixel each kernel row
@@ -139,6 +151,9 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
         return _depthwise(node, x, w, outs, k, p)
     if geo.group != 1:
         return False
+    from . import dsp_conv   # paired-channel halfwords (qconv2_dsp), when exact; else qconv_dsp below
+    if dsp_conv.emit(node, x, w, outs, k, p):
+        return True
     (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
     m, c = geo.m, geo.c
@@ -203,6 +218,9 @@ def _depthwise(node, x, w, outs, k, p) -> bool:
         return False
     mode, mult, second = _requant(p.rq, bound, c)
     sat = _sat(p.rq)
+    from . import dsp_dw   # channel planes of halfword pairs (qdw2_dsp); else the kernels below
+    if dsp_dw.emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat):
+        return True
     if c % 4 == 0 and kh * kw <= 16 and sw <= 2 and \
             _dw_padded(node, x, wk, folded, outs, k, p, mode, mult, second, sat):
         return True
@@ -257,6 +275,9 @@ def _dw_padded(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool
 
 
 def emit_qgemm(op, node, ins, outs, k, prm) -> bool:
+    from . import dsp_fc
+    if dsp_fc.emit(op, node, ins, outs, k, prm):   # paired output channels (qfc2_dsp), when exact
+        return True
     rq, m, n, kk = prm["rq"], prm["m"], prm["n"], prm["kk"]
     if rq.mode != "fixed" or prm["off"] or tuple(prm["types"]) != ("int8", "int8", "int8"):
         return False

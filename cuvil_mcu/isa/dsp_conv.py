@@ -1,0 +1,270 @@
+"""The general int8 convolution on the DSP extension with paired-channel
+halfwords (qconv2_dsp), tried by dsp.emit_qconv before its qconv_dsp.
+
+Two output channels lo, hi share one int16 per input index k:
+H[k] = 256 * w[hi][k] + w[lo][k] (weights minus their zero point), and two
+of these (k0, k1) make one 32-bit word, so flash keeps one byte per weight.
+With the activations split into halfword pairs X = [x[k0], x[k1]]:
+    T += SMLAD(X, word)           T = sum x * H = 256 * A + B  (mod 2^32)
+    S += SMLAD(X, SXTB16(word))   S = sum x * w[lo] = B       (low bytes of H)
+and after the K loop A = (T - S) >> 8 (arithmetic), exact when 256 * A
+cannot leave int32. Both accumulators start at bias[lo] (so T - S = 256 A)
+and bias[hi] is added to A afterwards. Preconditions, checked here from the
+real weights per channel pair (the hi channel of a pair is picked to meet
+them, else the layer keeps qconv_dsp):
+- H fits int16: not (w[hi][k] == -128 and w[lo][k] < 0) for any k;
+- A's range over every int8 input stays in [-2^23, 2^23 - 1]:
+  sum_k max(127 w, -128 w) < 2^23 and sum_k min(127 w, -128 w) >= -2^23.
+The accumulators S (= today's int32 accumulator of channel lo) carry the
+same bound as qconv_dsp (checked); T wraps by design (SMLAD wraps; the
+plain-C equivalent computes modulo 2^32).
+
+Kernel: 2 output pixels x 2 channel pairs (4 channels) per pass. Per pass
+the 2 pixels' K inputs are split into halfword pairs (SXTB16 bytes (0, 2),
+SXTB16 ror 8 bytes (1, 3) of each 4-byte group) interleaved
+xe[K-pair][pixel]; per K-pair: 1 LDRD (both pixels), 2 weight loads, 2
+SXTB16, 8 SMLAD for 16 MACs, in inline assembly on Arm (13 registers
+pinned, post-increment addressing, 8 K-pairs per loop turn; C elsewhere
+and at -O0). Padding taps read x_zp (the bias has -x_zp * sum(w) folded
+in), written straight into xe as halfword pairs. M is padded to a multiple
+of 4 with zero channels whose outputs are stored to a real channel of the
+same pass before that channel's own store (stores run B.hi, B.lo, A.hi,
+A.lo); an odd last pixel is computed twice and stored twice (same value):
+no branches on tails. Requantization rows (mult, e | channel << 8, nudge)
+sit in the per-block record next to the biases; "fast" is SMMLAR(2 acc,
+mult, nudge), a sign fix and one shift by register (requant_fast2).
+
+Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
+(C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
+first layers: the kh rows of kw*C bytes concatenated into K bytes by an
+unrolled gather of word loads and shifts, K padded to 4 with zero weights,
+K <= GATHER_MAX). xe is one MAX_STACK-sized buffer (one kernel per variant).
+
+Channels whose output is constant over every input (dead channels with a
+huge bias) get zero weights and a row that yields that constant, so they
+do not force the slower "mid" requantization on the whole layer.
+
+Handled: the cases dsp.emit_qconv handles (fixed requantization, NHWC,
+int8 in and out, one group, dilation 1) with 4 * K bytes of xe within
+dsp.MAX_STACK; else (or when the preconditions fail) qconv_dsp runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.qgemm import int32_array, offset_weights
+
+FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt", "pl", "m_n", "nkp", "nblk",
+          "xzp", "yzp", "lo", "hi")
+A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
+GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
+
+
+def requant_fast2(acc, mult, e, zp) -> np.ndarray:
+    """What {{p}}__cv_rqz2 computes for acc2 = 2 acc (int64 numpy):
+    (SMMLAR(2 acc, mult, nudge) - (acc < 0)) >> e with nudge = 2^(e-1) +
+    zp 2^e, SMMLAR(a, m, n) = n + floor((a m + 2^31) / 2^32). Equal to
+    quant.requantize_fixed(acc, mult, -e) + zp for |acc| < 2^30, mult >= 0,
+    e in 1..31 (dsp.requant_fast's rounding with the sign of acc in place of
+    the sign of the product: they differ only when the product rounds to 0,
+    where (nudge - 1) >> e == nudge >> e == zp)."""
+    acc = np.asarray(acc, np.int64)
+    e = np.asarray(e, np.int64)
+    nudge = (np.int64(1) << (e - 1)) + np.int64(zp) * (np.int64(1) << e)
+    s = ((2 * acc * np.asarray(mult, np.int64) + (np.int64(1) << 31)) >> 32) + nudge
+    return (s - (acc < 0)) >> e
+
+
+def pair_ok(w_lo: np.ndarray, w_hi: np.ndarray) -> bool:
+    """The two preconditions for channels (lo, hi) over their K weights
+    (int64, minus zero point, within int8)."""
+    if np.any((w_hi == -128) & (w_lo < 0)):
+        return False
+    top = np.maximum(127 * w_hi, -128 * w_hi).sum()
+    bot = np.minimum(127 * w_hi, -128 * w_hi).sum()
+    return int(top) < A_MAX and int(bot) >= -A_MAX
+
+
+def pair_channels(wr: np.ndarray) -> list[tuple[int, int]] | None:
+    """(lo, hi) per pair of rows of wr [M'][K] (M' even, rows >= M real
+    zero channels): rows (2i, 2i + 1) with the hi one chosen so the
+    preconditions hold; None when neither order does for some pair."""
+    pairs = []
+    for i in range(0, wr.shape[0], 2):
+        a, b = wr[i], wr[i + 1]
+        if pair_ok(a, b):
+            pairs.append((i, i + 1))
+        elif pair_ok(b, a):
+            pairs.append((i + 1, i))
+        else:
+            return None
+    return pairs
+
+
+def kpair_order(kk: int) -> np.ndarray:
+    """[K/2][2] input indices of each K-pair, matching the activation
+    split: 4-byte group g gives pairs (4g, 4g + 2) then (4g + 1, 4g + 3)."""
+    g = np.arange(kk // 4)[:, None, None] * 4
+    return (g + np.array([[0, 2], [1, 3]])[None]).reshape(-1, 2)
+
+
+def pack_weights(wr: np.ndarray, pairs) -> np.ndarray:
+    """int32 words [block][K-pair][2 pairs]: per pair the halfwords
+    H = 256 w[hi] + w[lo] of the K-pair's two inputs (low, high half)."""
+    kk = wr.shape[1]
+    order = kpair_order(kk)
+    h = np.stack([256 * wr[hi] + wr[lo] for lo, hi in pairs])           # [pairs][K] int64, fits int16
+    hw = h[:, order].astype(np.int16)                                   # [pairs][K/2][2]
+    words = np.ascontiguousarray(hw).view(np.int32)[..., 0]             # [pairs][K/2] (little endian)
+    nblk = len(pairs) // 2
+    return np.ascontiguousarray(words.reshape(nblk, 2, -1).transpose(0, 2, 1)).reshape(-1)
+
+
+def records(pairs, folded: np.ndarray, m: int, mode: str, mult, second) -> np.ndarray:
+    """[block][16 | 12] int32: bias lo, hi of pair A, of pair B (hi doubled
+    in "fast" mode: the kernel feeds 2 acc to SMMULR), then per store (B.hi,
+    B.lo, A.hi, A.lo) the output channel's requantization row [mult,
+    (e or shift & 0xFF) | channel << 8, and in "fast" mode the nudge] (ARM's
+    shift by register reads the low byte). A padding channel (>= m) is stored to a real
+    channel written later in the pass."""
+    bias = np.concatenate([folded, np.zeros(len(pairs) * 2 - m, np.int64)])
+    fast = mode == "fast"
+    if fast:
+        rows = np.asarray(mult, np.int64).reshape(m, 3)
+    else:
+        rows = np.zeros((m, 3), np.int64)
+        rows[:, 0] = np.asarray(mult, np.int64)
+        rows[:, 1] = np.asarray(second, np.int64) & 0xFF
+    out = []
+    for i in range(0, len(pairs), 2):
+        (alo, ahi), (blo, bhi) = pairs[i], pairs[i + 1]
+        ch = [bhi, blo, ahi, alo]                   # store order
+        for j in range(3, -1, -1):                  # a padding channel takes the next real one
+            if ch[j] >= m:
+                later = [c for c in ch[j + 1:] if c < m]
+                if not later:
+                    raise AssertionError("pair A's lo channel is padding")
+                ch[j] = later[0]
+        rec = [bias[alo], bias[ahi] * (2 if fast else 1), bias[blo], bias[bhi] * (2 if fast else 1)]
+        for c in ch:
+            rec += [rows[c, 0], rows[c, 1] | (c << 8)] + ([rows[c, 2]] if fast else [])
+        out.append(rec)
+    return np.array(out, np.int64).reshape(-1)
+
+
+def gather_plan(kh: int, ll: int, kk: int) -> list[list[dict]]:
+    """For C % 4 != 0 (first layers): how each 4-byte group of the K inputs
+    (rows of ll bytes one after the other, zeros past K) is assembled from
+    the kh row pointers sr[r]: parts {r, off, rsh, mask, lsh} = ((ld32(sr[r]
+    + off) >> rsh) & mask) << lsh (loads stay inside the row's ll bytes:
+    ll >= 4), or, for rows shorter than a word, single bytes {r, off, lsh}."""
+    words = []
+    for g in range(-(-kk // 4)):
+        parts, d, k = [], 0, 4 * g
+        while d < 4 and k < kk:
+            r, j = divmod(k, ll)
+            n = min(4 - d, ll - j)
+            if ll >= 4:
+                b = min(j, ll - 4)
+                rsh = 8 * (j - b)
+                mask = None if 4 - (j - b) <= n or d + n == 4 else (1 << (8 * n)) - 1
+                parts.append(dict(r=r, off=b, rsh=rsh, mask=mask, lsh=8 * d, byte=False))
+            else:
+                parts += [dict(r=r, off=j + i, lsh=8 * (d + i), byte=True) for i in range(n)]
+            k += n
+            d += n
+        words.append(parts)
+    return words
+
+
+def acc_bound(wr: np.ndarray, folded: np.ndarray) -> int:
+    """max over channels of |acc| for any int8 input: |bias'| + 128 sum |w|."""
+    return int((np.abs(folded) + 128 * np.abs(wr).sum(axis=1)).max()) if wr.size else 0
+
+
+def constant_channels(wr, folded, rq, dsp):
+    """Channels whose output is the same for every int8 input (the
+    requantization is monotonic in acc: equal at both ends of acc's range),
+    e.g. dead channels with a huge bias, can keep a layer on the "fast"
+    requantization: their weights and bias become 0 and their row (mult 0,
+    e 1, nudge 2 c0) gives c0 from acc = 0. Returns (wr, folded, bound,
+    (mode, mult, None)) when that makes the layer "fast", else the inputs
+    unchanged and None."""
+    import types
+    m = wr.shape[0]
+    top = folded + np.maximum(127 * wr, -128 * wr).sum(axis=1)
+    bot = folded + np.minimum(127 * wr, -128 * wr).sum(axis=1)
+    ends = rq.apply(np.stack([bot, top]), (1, -1))
+    const = ends[0] == ends[1]
+    if not const.any():
+        return wr, folded, acc_bound(wr, folded), None
+    mult = np.broadcast_to(np.asarray(rq.mult, np.int64).reshape(-1), (m,)).copy()
+    shift = np.broadcast_to(np.asarray(rq.shift, np.int64).reshape(-1), (m,)).copy()
+    mult[const], shift[const] = 2 ** 30, -1
+    wr2, folded2 = wr.copy(), folded.copy()
+    wr2[const], folded2[const] = 0, 0
+    bound = acc_bound(wr2, folded2)
+    mode, table, second = dsp._requant(types.SimpleNamespace(mult=mult, shift=shift, zp=rq.zp), bound, m)
+    if mode != "fast":
+        return wr, folded, acc_bound(wr, folded), None
+    t = table.reshape(m, 3).copy()
+    t[const] = np.stack([np.zeros(int(const.sum()), np.int64), np.ones(int(const.sum()), np.int64),
+                         2 * ends[0][const].astype(np.int64)], axis=1)
+    return wr2, folded2, bound, (mode, t.reshape(-1), None)
+
+
+def emit(node, x, w, outs, k, p) -> bool:
+    """The qconv2_dsp call for a general conv when its preconditions hold."""
+    from . import dsp
+    geo = p.geo
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
+    m, c = geo.m, geo.c
+    kk = kh * kw * c
+    k4 = -(-kk // 4) * 4                       # K padded to whole 4-byte groups (zero weights)
+    plan = None
+    if c % 4:
+        if k4 > GATHER_MAX:
+            return False
+        plan = gather_plan(kh, kw * c, kk)
+    xe = dsp.MAX_STACK                        # bytes of 2 pixels x K halfwords; one size: one kernel (flash)
+    if 4 * k4 > xe:
+        return False
+    wq = offset_weights(np.asarray(w.data).reshape(m, c, kh, kw), p.w_zp, 0)
+    if wq.dtype != np.int8:
+        return False
+    wr = wq.transpose(0, 2, 3, 1).reshape(m, kk).astype(np.int64)       # [m][kh][kw][c]
+    bias = p.bias if p.bias is not None else np.zeros(m, np.int64)
+    folded = bias - p.x_zp * wr.sum(axis=1)
+    bound = acc_bound(wr, folded)
+    if bound > 2 ** 31 - 1:
+        return False
+    mode, mult, second = dsp._requant(p.rq, bound, m)
+    if mode != "fast":
+        wr, folded, bound, fast = constant_channels(wr, folded, p.rq, dsp)
+        if fast is not None:
+            mode, mult, second = fast
+    m4 = -(-m // 4) * 4
+    wpad = np.zeros((m4, k4), np.int64)
+    wpad[:m, :kk] = wr
+    pairs = pair_channels(wpad)
+    if pairs is None:
+        return False
+    folded = int32_array(node, folded, "bias with the input zero point folded in").astype(np.int64)
+    sat = dsp._sat(p.rq)
+    vals = dict(nb=geo.n, npx=oh * ow, ow_n=ow, h=h, w_n=wd, c=c, kh_n=kh, kw_n=kw, sh=sh, sw=sw, pt=pt, pl=pl,
+                m_n=m, nkp=k4 // 2, nblk=m4 // 4, xzp=p.x_zp, yzp=p.rq.zp, lo=p.rq.lo, hi=p.rq.hi)
+    k.kernel("requant_fixed")
+    k.kernel("intrin_dsp")
+    k.kernel("intrin_conv_dsp")
+    # pointwise without padding: every pixel's C inputs are one run inside x
+    pw = plan is None and kh == kw == 1 and pt == pl == 0 and (oh - 1) * sh < h and (ow - 1) * sw < wd
+    name = f"{mode}{'s' * sat}" + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw else "")
+    fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "xe": xe // 4, "fields": FIELDS,
+                                 "plan": plan, "kh": kh, "ll": kw * c,
+                                 "rw": 3 if mode == "fast" else 2, "pw": pw})
+    wsym = k.const(pack_weights(wpad, pairs), f"{w.name}_dsp2")
+    rsym = k.const(records(pairs, folded, m, mode, mult, second).astype(np.int32), f"{node.name}_pairs")
+    gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym});")
+    return True
