@@ -196,6 +196,28 @@ def test_elf_budget_check_numbers():
         qemu.check_elf_budget(b, {"text": 0, "data": 0, "bss": 4194305 - 8192, "samples": 0}, mm)
 
 
+@needs_qemu
+@needs_models
+def test_stack_high_water_mark():
+    """The harness paints the stack reserve at reset and reports the deepest
+    word overwritten: KWS on the M4 keeps the DSP kernels' stack buffers
+    (4 KB of halfword planes / split activations) within the 8 KB reserve;
+    with the reserve cut to 2 KB (the buffers alone are larger) the run is
+    refused as a budget error, not trusted."""
+    import dataclasses
+    from cuvil_mcu import boards
+    name = "kws_dscnn"
+    b = boards.get("qemu-mps2-an386")
+    c = compile_model(str(sm.model_path(name)), board=b.id)
+    x = sm.samples(name)["inputs"][:1].reshape((1,) + c.graph.tensors[c.graph.inputs[0]].shape)
+    r = qemu.simulate(c, x, b)
+    assert r.stack is not None and 4096 < r.stack < b.stack_reserve, r.stack
+    assert any(ln.startswith("stack") and f"{r.stack:,} B used" in ln for ln in qemu.report(c, r, None))
+    small = dataclasses.replace(b, stack_reserve=2048)
+    with pytest.raises(BudgetError, match=r"stack ran through its whole reserve of 2,048 B"):
+        qemu.simulate(c, x, small)
+
+
 # ---- counting ----
 
 @needs_qemu

@@ -79,6 +79,7 @@ class SimResult:
     arena: int = 0
     build_cached: bool = False
     warnings: str = ""                 # cross-compiler warnings (the firmware should have none)
+    stack: int | None = None           # bytes of stack used (painted high-water mark), None if not reported
     extra: dict = field(default_factory=dict)
 
     @property
@@ -327,11 +328,16 @@ def simulate(compiled, inputs, board: Board | str | None = None, timeout: float 
         check_elf_budget(b, sizes, firmware.memory_map(b, True))
     text, secs = run_elf(b, elf, timeout)
     outs, ticks = parse_output(text, compiled.out_specs, samples)
+    m = re.search(r"^K ([0-9a-f]{8})$", text, re.M)
+    stack = int(m.group(1), 16) if m else None
+    if check_budget and stack is not None and b.stack_reserve and stack >= b.stack_reserve:
+        raise BudgetError(f"firmware does not fit board '{b.id}': the stack ran through its whole reserve of "
+                          f"{b.stack_reserve:,} B (stack_reserve in the board file); outputs cannot be trusted")
     return SimResult(board=b, outputs=outs, ticks=ticks, insn_per_tick=float(b.sim["insn_per_tick"]),
                      text=sizes["text"], data=sizes["data"], bss=sizes["bss"], samples_bytes=sizes["samples"],
                      elf=elf, log=text, seconds=secs, macs=compiled.macs, weights_bytes=compiled.weights_bytes,
                      arena=compiled.plan.arena_size, build_cached=cached,
-                     warnings=warnings)
+                     warnings=warnings, stack=stack)
 
 
 def reference_outputs(compiled, inputs) -> list[np.ndarray]:
@@ -395,6 +401,9 @@ def report(compiled, result: SimResult, cmp: Comparison | None) -> list[str]:
     ram_cap = min(x for x in (b.ram, b.sim.get("ram_size")) if x)
     lines.append(f"budget   flash {r.text + r.data:,} / {flash_cap:,} B, RAM {r.data + r.bss + b.stack_reserve:,} / "
                  f"{ram_cap:,} B (incl. stack reserve {b.stack_reserve:,})")
+    if r.stack is not None:
+        lines.append(f"stack    {r.stack:,} B used (high-water mark of the painted stack) of the {b.stack_reserve:,} B "
+                     f"reserve")
     return lines
 
 

@@ -24,4 +24,9 @@ void cuvil_ticks_start(void);
    instructions (the board file's insn_per_tick). */
 uint64_t cuvil_ticks(void);
 
+/* Bytes of the stack reserve (linker.ld) used so far: startup.c paints it
+   at reset and this finds the deepest word overwritten. Equal to the whole
+   reserve when the stack has run past it. */
+uint32_t cuvil_stack_used(void);
+
 #endif /* CUVIL_IO_H_INCLUDED */

@@ -5,6 +5,7 @@
 
        S <sample> <ticks, hex>
        O <sample> <output> <output bytes, hex>       (long outputs: several O lines)
+       K <stack bytes used, hex>                      (high-water mark, startup.c)
        CUVIL DONE
 
    then return 0 (startup.c turns that into cuvil_exit(0)). A failed
@@ -113,6 +114,12 @@ int main(void)
     for (;;) {
     }
 #endif
+    line[0] = 'K';
+    line[1] = ' ';
+    p = put_hex(line + 2, cuvil_stack_used(), 8);
+    *p++ = '\n';
+    *p = '\0';
+    cuvil_print(line);
     cuvil_print("CUVIL DONE\n");
     return 0;
 }

@@ -2,7 +2,9 @@
 
    - vector table (.vectors, first in flash): initial SP, reset, faults, SysTick;
    - Reset_Handler: enables the FPU/MVE (CPACR) BEFORE any code the compiler
-     may vectorize, copies .data from flash, zeroes .bss, calls main();
+     may vectorize, copies .data from flash, zeroes .bss, paints the stack
+     reserve (linker.ld: _sstack.._estack) with a pattern, calls main();
+   - cuvil_stack_used(): the painted stack's high-water mark;
    - SysTick_Handler: counts 2^24-tick wraps for cuvil_ticks();
    - fault handlers print "CUVIL FAULT ..." and exit with code 3;
    - semihosting helpers (SYS_WRITE0, SYS_EXIT_EXTENDED), compiled only with
@@ -15,7 +17,7 @@
 
 #include "cuvil_io.h"
 
-extern uint32_t _sidata, _sdata, _edata, _sbss, _ebss, _estack;
+extern uint32_t _sidata, _sdata, _edata, _sbss, _ebss, _sstack, _estack;
 extern int main(void);
 
 #define REG32(a) (*(volatile uint32_t *)(a))
@@ -27,6 +29,7 @@ extern int main(void);
 #define SYST_CVR  REG32(0xE000E018u)
 #define ICSR_PENDSTSET (1u << 26)
 #define SYST_RELOAD 0x00FFFFFFu
+#define CUVIL_STACK_PAINT 0xC5AC5AC5u
 
 void Reset_Handler(void);
 void SysTick_Handler(void);
@@ -161,8 +164,21 @@ __attribute__((noreturn)) void Reset_Handler(void)
     src = &_sidata;
     for (dst = &_sdata; dst < &_edata;) *dst++ = *src++;
     for (dst = &_sbss; dst < &_ebss;) *dst++ = 0u;
+    {
+        /* paint the stack reserve below this frame (64 bytes of headroom) */
+        uint32_t here;
+        volatile uint32_t *top = (volatile uint32_t *)((uintptr_t)&here & ~(uintptr_t)3u) - 16;
+        for (dst = &_sstack; dst < top;) *dst++ = CUVIL_STACK_PAINT;
+    }
     rc = main();
     cuvil_exit(rc);
+}
+
+uint32_t cuvil_stack_used(void)
+{
+    const volatile uint32_t *p = &_sstack;
+    while (p < &_estack && *p == CUVIL_STACK_PAINT) ++p;
+    return (uint32_t)((uintptr_t)&_estack - (uintptr_t)p);
 }
 
 typedef void (*cuvil_vector)(void);
