@@ -198,6 +198,23 @@ def test_elf_budget_check_numbers():
 
 @needs_qemu
 @needs_models
+@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps3-an547"])
+@pytest.mark.parametrize("opt", ["-O0", "-Os"])
+def test_kernels_at_other_optimization_levels(board, opt):
+    """The DSP / Helium kernels (inline asm with pinned registers where GCC
+    would spill) build warning-free and stay bit-exact at -O0 (a debug
+    build: no register pinning possible, intrinsics instead) and -Os."""
+    name = "kws_dscnn"
+    c = compile_model(str(sm.model_path(name)), board=board)
+    x = sm.samples(name)["inputs"][:1].reshape((1,) + c.graph.tensors[c.graph.inputs[0]].shape)
+    r = qemu.simulate(c, x, board, opt=opt, extra_cflags=["-Werror"])
+    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, x), c.graph.outputs)
+    assert cmp.ok, cmp.first_mismatch
+    assert np.array_equal(r.outputs[0].reshape(-1), sm.samples(name)["expected_tflm"][0].reshape(-1))
+
+
+@needs_qemu
+@needs_models
 def test_stack_high_water_mark():
     """The harness paints the stack reserve at reset and reports the deepest
     word overwritten: KWS on the M4 keeps the DSP kernels' stack buffers

@@ -18,12 +18,26 @@ geometry; identical layers share it):
   the input filled with x_zp, so -x_zp * sum(w) folded into the bias is right
   for every pixel); a 1x1 kernel without padding reads x directly, its last
   partial chunk tail-predicated (VCTP).
-- depthwise convolutions with channel multiplier 1: `qdwconv_mve` —
+- depthwise convolutions with channel multiplier 1 whose window, in the
+  ring below, fits 16 bytes ((kw-1)*dw+1 columns x (kh-1)*dh+1 rows, so
+  3x3, 2x2 dilated, 1xk ...): `qdwdot_mve` — input rows copied (8-byte
+  loads, VSTRB.16 scatters) into a ring of padded rows stored channel-major,
+  rb[c][column][slot], so one pixel's window of one channel is one 16-byte
+  load and one VMLADAVA against that channel's weights (gathered once per
+  output row into the ring's lane order, VLDRB gather with a per-rotation
+  offset table); 4 channels of a pixel form one vector for the requant
+  (the pixel loop in asm: 19 instructions per 4 outputs for a 3x3 kernel
+  with a Relu, every Q register in use). Geometry at run time: one
+  function per (stride x ring rows, requant flags) for all layers. The
+  -1 rounding fix-up is dropped when the clamp sends every negative value
+  to lo >= 0; the clamp is a saturating narrow when it is int8's range.
+- other depthwise convolutions with channel multiplier 1: `qdwconv_mve` —
   vectorised across channels, 8 per pass (VLDRB.S16 widening loads,
   VMULLB/VMULLT to int32 lanes), every tap unrolled, weights stored
-  [C/8][kh][kw][8], the input offset folded into the bias for every pixel
-  (a tap outside the input reads a row of x_zp), 2 interior pixels per
-  pass where they fit.
+  [C/8][kh][kw][8], the input offset folded into the bias for every pixel;
+  rows copied into a ring of padded rows ([C/8][columns][8] per row, x_zp
+  outside the input) so that every pixel takes the same path, 2 pixels per
+  pass (sharing weight loads, and input loads of adjacent taps at stride 1).
   A model with more than GENERIC_DW_ABOVE distinct depthwise geometries
   (MobileNets) uses `qdwconv_gen_mve` instead: the same arithmetic, one
   function per kernel size with the geometry and tap offsets in const
@@ -106,38 +120,9 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
     if depthwise:
         if geo.mg != 1:
             return False
-        from ..ops.conv import _border_tables
-        oha, ohb, _ = _border_tables(h, oh, kh, sh, dh, pt)
-        owa, owb, _ = _border_tables(wd, ow, kw, sw, dw, pl)
-        vals = dict(nb=geo.n, oh_n=oh, ow_n=ow, kh_n=kh, kw_n=kw, sh=sh, sw=sw, pt=pt, pl=pl, dh=dh, dw=dw,
-                    ih_n=h, iw_n=wd, c_n=geo.c, oha=oha, ohb=ohb, owa=owa, owb=owb,
-                    sxb=sx[0], sxh=sx[1], sxw=sx[2], xoff=-p.x_zp, yzp=p.rq.zp, lo=lo, hi=hi,
-                    lsh=int(np.any(np.asarray(p.rq.shift) > 0)), rneg=int(np.all(np.asarray(p.rq.shift) < 0)))
-        check_index(node, np.array(list(vals.values()), np.int64), geo.n * geo.c * h * wd * 2)
-        b2 = int32_array(node, np.concatenate([_lane8(bias), _lane8(folded)]),
-                         "bias with the input zero point folded in")
-        _helpers(k)
-        cp = -(-geo.c // 8) * 8
-        # one block of 8 channels per pixel: the per-pixel work of the generic
-        # kernel would cost ~50% more, so such a layer keeps its own variant
-        generic = 8 < cp <= 512 and _depthwise_geometries(k.graph) > GENERIC_DW_ABOVE
-        if generic:
-            gv = dict(kh_n=kh, kw_n=kw, lsh=vals["lsh"], rneg=vals["rneg"], tail=int(geo.c % 8 != 0))
-            fn = k.kernel("qdwconv_gen_mve", {"name": "s8_" + "".join(str(gv[f]) for f in sorted(gv)), **gv})
-            g = np.array([geo.n, oh, ow, geo.c, sh, sw, pt, pl, dh, dw, h, wd, oha, ohb, owa, owb,
-                          sx[0], sx[1], sx[2], -p.x_zp, p.rq.zp, lo, hi, cp], np.int64)
-            to = np.array([a * dh * sx[1] + b_ * dw * sx[2] for a in range(kh) for b_ in range(kw)], np.int64)
-            check_index(node, g, to)
-            extra = f", {k.const(g.astype(np.int32), 'dw_geo')}, {k.const(to.astype(np.int32), 'dw_taps')}"
-        else:
-            fn = k.kernel("qdwconv_mve", {"name": _variant_name("s8_fixed", vals), **vals})
-            extra = ""
-        wpad = np.zeros((cp, kh * kw), np.int8)
-        wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
-        wk = np.ascontiguousarray(wpad.reshape(cp // 8, 8, kh * kw).transpose(0, 2, 1))   # [C/8][kh][kw][8]
-        k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {k.const(wk, f'{w.name}_hwc')}, "
-               f"{k.const(b2, f'{node.name}_bias')}, {_requant_arrays(k, p.rq, node.name, _lane8)}{extra});")
-        return True
+        if _emit_dwdot(node, k, geo, p, wq, folded, x, outs[0], w.name):
+            return True
+        return _emit_depthwise(node, k, geo, p, wq, bias, folded, x, outs[0], w.name)
     if geo.group != 1:
         return False
     direct = kh == 1 and kw == 1 and pt == 0 and pl == 0 and geo.pad_end == (0, 0)
@@ -156,6 +141,144 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
                 lsh=int(np.any(np.asarray(p.rq.shift) > 0)), rneg=int(np.all(np.asarray(p.rq.shift) < 0)))
     _emit_qdot(k, node, vals, k.ptr(outs[0]), k.ptr(x), k.const(_interleave(wk), f"{w.name}_mve"),
                k.const(b, f"{node.name}_bias"), p.rq)
+    return True
+
+
+# Bytes of the padded-row ring of the depthwise kernel (a stack buffer);
+# a wider layer is done in strips of output columns.
+DW_RING_BYTES = 4096
+
+
+def _dw_strip(geo, nr: int, pairs: bool):
+    """(strip width in output columns, padded columns per strip) with the
+    ring (nr rows of [C/8][columns][8]) within DW_RING_BYTES, or None.
+    pairs: an odd strip's last pixel is computed as a pair (one more column
+    of pixels read)."""
+    (_, ow), (_, kw) = geo.out_hw, geo.k
+    sw, dw = geo.strides[1], geo.dilations[1]
+    cp = -(-geo.c // 8) * 8
+
+    def cols(s):
+        return (s + (s % 2 if pairs else 0) - 1) * sw + (kw - 1) * dw + 1
+    if nr * cols(ow) * cp <= DW_RING_BYTES:
+        return ow, cols(ow)
+    for s in range(ow - 1 - (ow - 1) % 2, 0, -2):   # even strips: every pass a pair
+        if nr * cols(s) * cp <= DW_RING_BYTES:
+            return s, cols(s)
+    return (1, cols(1)) if nr * cols(1) * cp <= DW_RING_BYTES else None
+
+
+def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
+    """Depthwise QLinearConv (channel multiplier 1) through qdwdot_mve when a
+    window fits 16 bytes of its channel-major ring (one VMLADAVA per pixel
+    and channel); False otherwise."""
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (dh, dw) = geo.strides, geo.dilations
+    (pt, pl) = geo.pad_begin
+    nr = (kh - 1) * dh + 1
+    span = (kw - 1) * dw + 1
+    if span * nr > 16 or sw * nr > 127:
+        return False
+    c8 = -(-geo.c // 8) * 8
+
+    def cols(s):
+        return (s - 1) * sw + span
+
+    def ring(s):   # bytes of rb: [C/8 * 8][cols][nr], rounded up to 16, + 16 (loads past the end)
+        return -(-c8 * cols(s) * nr // 16) * 16 + 16
+    strips = [s for s in [ow] + list(range(ow - 1, 0, -1)) if ring(s) <= DW_RING_BYTES]
+    if not strips or 7 * cols(strips[0]) * nr > 65535:
+        return False
+    st = strips[0]
+    pws = cols(st)
+    lo, hi = p.rq.lo - p.rq.zp, p.rq.hi - p.rq.zp
+    shift = np.asarray(p.rq.shift, np.int64)
+    lsh, rneg = int(np.any(shift > 0)), int(np.all(shift < 0))
+    # lane col * nr + slot of the window; rotation r: the slot of kernel row 0
+    offs = np.zeros((nr, 16), np.uint8)
+    preds = []
+    for r in range(nr):
+        bits = 0
+        for a in range(kh):
+            for b_ in range(kw):
+                lane = b_ * dw * nr + (r + a * dh) % nr
+                offs[r, lane] = a * kw + b_
+                bits |= 1 << lane
+        preds.append(bits)
+    g = np.array([geo.n, oh, ow, geo.c, sh, sw, pt, pl, dh, kh, h, wd, nr, pws, st, p.x_zp, p.rq.zp, lo, hi,
+                  kh * kw, dw] + preds, np.int64)
+    check_index(node, g, geo.n * geo.c * h * wd * 2, geo.n * geo.c * oh * ow * 2)
+    flags = dict(ps=sw * nr, lsh=lsh, fix=0 if lo >= 0 else (2 if rneg else 1),
+                 sat=int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp), tail=int(geo.c % 4 != 0),
+                 tail8=int(geo.c % 8 != 0))
+    c4 = -(-geo.c // 4) * 4
+
+    def lane4(v):
+        out = np.zeros(c4, np.int64)
+        out[:geo.c] = np.asarray(v, np.int64)
+        return out.reshape(-1, 4)
+    parts = [lane4(folded), lane4(p.rq.mult)] + ([lane4(np.maximum(shift, 0))] if lsh else []) \
+        + [lane4(np.minimum(shift, 0))]
+    q = int32_array(node, np.hstack(parts).reshape(-1), "bias with the input zero point folded in")
+    _helpers(k)
+    fn = k.kernel("qdwdot_mve", {"name": "s8_" + "_".join(f"{f}{flags[f]}" for f in sorted(flags)), **flags})
+    wpad = np.zeros((c4, kh * kw), np.int8)
+    wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
+    k.line(f"{{ int8_t rb[{ring(st)}]; {fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wpad, f'{wname}_ck')}, "
+           f"{k.const(q, f'{node.name}_dwq')}, rb, {k.const(g.astype(np.int32), 'dw_geo')}, "
+           f"{k.const(offs.reshape(-1), 'dw_lanes')}); }}")
+    return True
+
+
+def _emit_depthwise(node, k, geo, p, wq, bias, folded, x, y, wname) -> bool:
+    """Depthwise QLinearConv (channel multiplier 1) through qdwconv_mve, or
+    qdwconv_gen_mve when the model has many depthwise geometries."""
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (dh, dw) = geo.strides, geo.dilations
+    (pt, pl) = geo.pad_begin
+    nr = (kh - 1) * dh + 1
+    cp = -(-geo.c // 8) * 8
+    # one block of 8 channels per pixel: the per-pixel work of the generic
+    # kernel would cost more, so such a layer keeps its own variant
+    generic = cp > 8 and nr <= (kh - 1) * 4 + 1 and _depthwise_geometries(k.graph) > GENERIC_DW_ABOVE
+    strip = _dw_strip(geo, nr, generic)
+    if strip is None:
+        return False
+    st, pws = strip
+    lo, hi = p.rq.lo - p.rq.zp, p.rq.hi - p.rq.zp
+    shift = np.asarray(p.rq.shift, np.int64)
+    lsh, rneg = int(np.any(shift > 0)), int(np.all(shift < 0))
+    geo_vals = dict(nb=geo.n, oh=oh, ow=ow, c=geo.c, sh=sh, sw=sw, pt=pt, pl=pl, dh=dh, dw=dw, ih=h, iw=wd,
+                    nr=nr, pws=pws, st=st)
+    rt = [p.x_zp, p.rq.zp, lo, hi]
+    check_index(node, np.array(list(geo_vals.values()) + rt + [nr * pws * cp + 16], np.int64),
+                geo.n * geo.c * h * wd * 2, geo.n * geo.c * oh * ow * 2)
+    flags = dict(kh_n=kh, kw_n=kw, sw=sw, dw=dw, lsh=lsh, rneg=rneg, tail=int(geo.c % 8 != 0),
+                 sat=int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp))
+    # per block of 8 channels: folded bias, mult, [lsh], rsh, each in lane order
+    parts = [_lane8(folded), _lane8(p.rq.mult)] + ([_lane8(np.maximum(shift, 0))] if lsh else []) \
+        + [_lane8(np.minimum(shift, 0))]
+    q = int32_array(node, np.hstack([a.reshape(-1, 8) for a in parts]).reshape(-1),
+                    "bias with the input zero point folded in")
+    _helpers(k, copy=True)
+    share = int(sw == 1 and dw == 1)
+    if generic:
+        names = dict(nb="nb", oh="oh_n", ow="ow_n", c="c_n", sh="sh", sw=str(sw), pt="pt", pl="pl", dh="dh",
+                     dw=str(dw), ih="ih_n", iw="iw_n", nr="nr", pws="pws", st="st")
+        fn = k.kernel("qdwconv_gen_mve", {"name": "s8_" + "_".join(str(flags[f]) for f in sorted(flags)),
+                                          **flags, "generic": 1, "share": share, "n": names,
+                                          "tags": (kh - 1) * 4 + 1})
+        g = np.array(list(geo_vals.values()) + rt, np.int64)
+    else:
+        names = {f: str(v) for f, v in geo_vals.items()}
+        fn = k.kernel("qdwconv_mve", {"name": _variant_name("s8_fixed", {**flags, **geo_vals}), **flags, "generic": 0,
+                                      "share": share, "n": names, "tags": nr})
+        g = np.array(rt, np.int64)
+    wpad = np.zeros((cp, kh * kw), np.int8)
+    wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
+    wk = np.ascontiguousarray(wpad.reshape(cp // 8, 8, kh * kw).transpose(0, 2, 1))   # [C/8][kh][kw][8]
+    k.line(f"{{ int8_t rb[{nr * pws * cp}]; {fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wk, f'{wname}_hwc')}, "
+           f"{k.const(q, f'{node.name}_dwq')}, rb, {k.const(g.astype(np.int32), 'dw_geo')}); }}")
     return True
 
 
