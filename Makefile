@@ -28,6 +28,8 @@ demo: setup
 	$(PYTHON) examples/check_demo.py $(DEMO_MODEL) examples/kws_input.npy
 	$(MAKE) -C $(DEMO_OUT)
 	cuvil-mcu sim $(DEMO_MODEL) --board qemu-mps2-an386 --input examples/kws_input.npy
+	cuvil-mcu sim $(DEMO_MODEL) --board qemu-mps2-an386 --quantize int8 --calibration examples/kws_calib.npz --input examples/kws_input.npy
+	cuvil-mcu sim $(DEMO_MODEL) --board qemu-mps3-an547 --quantize int8 --calibration examples/kws_calib.npz --input examples/kws_input.npy
 
 test: setup
 	$(PYTHON) -m pytest -n 2 -q -p no:cacheprovider tests
