@@ -53,6 +53,30 @@ def assert_exact(actual, expected, what: str):
                              f"{a[i]} vs {e[i]} (max |diff| {lsb_diff(a, e)})")
 
 
+def assert_graph_outputs_exact(graph, outs, feeds: dict, min_unique: int = 0) -> dict:
+    """Each of outs (one array per graph output, one sample) equals the
+    numpy reference on feeds bit for bit; with min_unique, each reference
+    output also has that many distinct values (else the case tests too
+    little). Returns the reference outputs by name."""
+    from cuvil_mcu import reference
+    ref = reference.run(graph, feeds)
+    for name, o in zip(graph.outputs, outs):
+        assert_exact(o, ref[name], f"output {name} vs reference")
+        assert np.unique(ref[name]).size >= min(min_unique, ref[name].size), \
+            f"{name}: output too flat to test anything"
+    return ref
+
+
+def sim_exact(c, feeds: dict, min_unique: int = 0):
+    """Run compiled model c for one sample on its QEMU board and assert every
+    output equals the reference; returns (SimResult, reference by name)."""
+    from cuvil_mcu.sim import qemu
+    g = c.graph
+    xs = [np.asarray(feeds[n], g.tensors[n].dtype)[None] for n in g.inputs]
+    r = qemu.simulate(c, xs)
+    return r, assert_graph_outputs_exact(g, [o[0] for o in r.outputs], feeds, min_unique)
+
+
 def check_modes(model, feeds: dict, ort_lsb: int | None = 0, fixed_vs=None, fixed_lsb: int = 1,
                 c: bool = True, modes=("fixed", "float")):
     """Per requant mode: generated C == reference exactly; float-mode

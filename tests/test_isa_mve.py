@@ -20,6 +20,7 @@ from cuvil_mcu.codegen import env
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.sim import host, qemu
 from helpers import STRICT_WARNINGS
+from qhelpers import sim_exact
 from test_qconv import CASES, _layer, conv_model, qmodel
 from test_qgemm import gemm_model, matmul_model
 
@@ -32,16 +33,7 @@ def _sim_exact(model, feeds, requant="fixed"):
     """Compile for an547, run on QEMU, assert every output equals the
     reference; returns (compiled, SimResult)."""
     c = compile_model(model, board=BOARD, requant=requant)
-    g = c.graph
-    xs = [np.asarray(feeds[n], g.tensors[n].dtype)[None] for n in g.inputs]
-    r = qemu.simulate(c, xs)
-    ref = reference.run(g, feeds)
-    for name, o in zip(g.outputs, r.outputs):
-        e = ref[name]
-        assert o[0].shape == e.shape and o[0].dtype == e.dtype, name
-        bad = np.flatnonzero(o[0].reshape(-1) != e.reshape(-1))
-        assert bad.size == 0, (f"output {name}: {bad.size} of {e.size} differ from the reference; first at "
-                               f"{bad[0]}: {o[0].reshape(-1)[bad[0]]} vs {e.reshape(-1)[bad[0]]}")
+    r, _ = sim_exact(c, feeds)
     return c, r
 
 

@@ -25,9 +25,9 @@ from cuvil_mcu import codegen, planner, reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa.mve import add_mve_plan
 from cuvil_mcu.ops.qelementwise import add_fixed_params
-from cuvil_mcu.sim import host, qemu
+from cuvil_mcu.sim import host
 from helpers import STRICT_WARNINGS
-from qhelpers import MS, qmodel, qparams, rand_q
+from qhelpers import MS, qmodel, qparams, rand_q, sim_exact
 
 BOARD = "qemu-mps3-an547"
 HAVE_TOOLS = shutil.which("arm-none-eabi-gcc") is not None and shutil.which("qemu-system-arm") is not None
@@ -46,17 +46,7 @@ def _rerender(c, act_for=None):
 
 
 def _check_qemu(c, feeds):
-    g = c.graph
-    xs = [np.asarray(feeds[n], g.tensors[n].dtype)[None] for n in g.inputs]
-    r = qemu.simulate(c, xs)
-    ref = reference.run(g, feeds)
-    for name, o in zip(g.outputs, r.outputs):
-        e = ref[name]
-        assert o[0].shape == e.shape and o[0].dtype == e.dtype, name
-        bad = np.flatnonzero(o[0].reshape(-1) != e.reshape(-1))
-        assert bad.size == 0, (f"output {name}: {bad.size} of {e.size} differ from the reference; first at "
-                               f"{bad[0]}: {o[0].reshape(-1)[bad[0]]} vs {e.reshape(-1)[bad[0]]}")
-    return ref
+    return sim_exact(c, feeds)[1]
 
 
 def _check_host(c, feeds):

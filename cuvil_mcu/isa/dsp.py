@@ -274,25 +274,38 @@ def _dw_padded(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool
     return True
 
 
+def fc_operands(prm, k):
+    """(B as int8 [n * kk], bias C as int64 [n]) of a QGemm / QLinearMatMul
+    call the DSP fully-connected kernels take: fixed requantization, int8
+    everywhere, one batch, contiguous rows, a constant B and a bias; else None."""
+    rq, n, kk = prm["rq"], prm["n"], prm["kk"]
+    if rq.mode != "fixed" or prm["off"] or tuple(prm["types"]) != ("int8", "int8", "int8"):
+        return None
+    if tuple(prm["sa"]) != (kk, 1) or tuple(prm["sb"]) != (kk, 1) or len(prm["batches"]) != 1 \
+            or any(int(v) for v in prm["batches"][0]):
+        return None
+    b_sym, c_sym = prm["b"], prm["c"]
+    if c_sym is None or tuple(prm["sc"]) != (0, 1) or b_sym not in k.consts or c_sym not in k.consts:
+        return None
+    b = np.asarray(k.consts[b_sym].data)
+    c = np.asarray(k.consts[c_sym].data, np.int64).reshape(-1)
+    if b.dtype != np.int8 or b.size != n * kk or c.size != n:
+        return None
+    if rq.mult is None or np.asarray(rq.mult).size not in (1, n):
+        return None
+    return b, c
+
+
 def emit_qgemm(op, node, ins, outs, k, prm) -> bool:
     from . import dsp_fc
     if dsp_fc.emit(op, node, ins, outs, k, prm):   # paired output channels (qfc2_dsp), when exact
         return True
     rq, m, n, kk = prm["rq"], prm["m"], prm["n"], prm["kk"]
-    if rq.mode != "fixed" or prm["off"] or tuple(prm["types"]) != ("int8", "int8", "int8"):
+    operands = fc_operands(prm, k)
+    if operands is None:
         return False
-    if tuple(prm["sa"]) != (kk, 1) or tuple(prm["sb"]) != (kk, 1) or len(prm["batches"]) != 1 \
-            or any(int(v) for v in prm["batches"][0]):
-        return False
+    b, c = operands
     b_sym, c_sym = prm["b"], prm["c"]
-    if c_sym is None or tuple(prm["sc"]) != (0, 1) or b_sym not in k.consts or c_sym not in k.consts:
-        return False
-    b = np.asarray(k.consts[b_sym].data)
-    c = np.asarray(k.consts[c_sym].data, np.int64).reshape(-1)
-    if b.dtype != np.int8 or b.size != n * kk or c.size != n:
-        return False
-    if rq.mult is None or np.asarray(rq.mult).size not in (1, n):
-        return False
     bmax = int(np.abs(b.astype(np.int64)).max()) if b.size else 0
     bound = (int(np.abs(c).max()) if c.size else 0) + kk * 128 * bmax
     if bound > 2 ** 31 - 1:

@@ -145,20 +145,11 @@ def emit(op, node, ins, outs, k, prm) -> bool:
     False (isa.dsp.emit_qgemm then emits qfc_dsp or the portable kernel)."""
     from . import dsp
     rq, m, n, kk = prm["rq"], prm["m"], prm["n"], prm["kk"]
-    if rq.mode != "fixed" or prm["off"] or tuple(prm["types"]) != ("int8", "int8", "int8"):
+    operands = dsp.fc_operands(prm, k)
+    if operands is None or n < 1 or kk < 1:
         return False
-    if tuple(prm["sa"]) != (kk, 1) or tuple(prm["sb"]) != (kk, 1) or len(prm["batches"]) != 1 \
-            or any(int(v) for v in prm["batches"][0]):
-        return False
+    b, c = operands
     b_sym, c_sym = prm["b"], prm["c"]
-    if c_sym is None or tuple(prm["sc"]) != (0, 1) or b_sym not in k.consts or c_sym not in k.consts:
-        return False
-    b = np.asarray(k.consts[b_sym].data)
-    c = np.asarray(k.consts[c_sym].data, np.int64).reshape(-1)
-    if b.dtype != np.int8 or b.size != n * kk or c.size != n or n < 1 or kk < 1:
-        return False
-    if rq.mult is None or np.asarray(rq.mult).size not in (1, n):
-        return False
     b = b.astype(np.int64).reshape(n, kk)
     bound = int(np.abs(c).max()) + kk * 128 * int(np.abs(b).max())
     if bound > 2 ** 31 - 1:
