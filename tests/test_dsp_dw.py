@@ -4,7 +4,9 @@ kernels/qdw2_dsp.c.j2): generated C for a DSP board compiled on the host
 bit over kernel sizes, strides, pads, widths, channel counts, both
 orientations and fused clamps; the same on QEMU (the real SMLAD / SMMLAR /
 PKH / SSAT); its requantization arithmetic equals
-quant.requantize_fixed."""
+quant.requantize_fixed; the int8 tap layout's word recipes and the 8-byte
+record round-trip exactly; taps of -128 / 127 with every shift 1..30 and
+folded biases at the record's limit are exact on the host and on QEMU."""
 from __future__ import annotations
 
 import dataclasses
@@ -169,11 +171,12 @@ def test_requant_dw_matches_quant():
 
 def test_phase_words_cover_every_tap_once():
     """Every tap of the window appears in exactly one MAC of each phase,
-    with the data half matching the row's place in its pair-row word."""
+    with the data half matching the row's place in its pair-row word (with
+    and without a byte layout steering the pairing of single rows)."""
     for kh in range(1, 8):
         for kw in (1, 2, 3, 5):
-            for ph in (0, 1):
-                words, macs, ew = dsp_dw.phase_words(kh, kw, ph)
+            for ph, lay in ((0, False), (1, False), (0, True), (1, True)):
+                words, macs, ew = dsp_dw.phase_words(kh, kw, ph, dsp_dw.tap_layout(kh, kw) if lay else None)
                 assert words[ew][0] == ("e",)
                 seen = []
                 for j, col in enumerate(macs):
@@ -213,3 +216,181 @@ def test_on_qemu(board):
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, r.outputs):
         np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")
+
+
+def _half(v: int, hi: bool) -> int:
+    h = (v >> 16 if hi else v) & 0xFFFF
+    return h - 0x10000 if h & 0x8000 else h
+
+
+def test_tap_layout_and_recipes_build_the_doubled_words():
+    """Python model of the kernel's per-line word building (32-bit loads
+    anywhere in the channel's int8 taps + 3 bytes of padding, SXTB16 [ror
+    8], SADD16, PKHBT lsl 17, byte loads): every word of every phase holds
+    2 w of its taps in the halves phase_words says (the half next to e: e),
+    for every kernel size the kernel takes and taps including -128 / 127."""
+    rng = np.random.default_rng(7)
+    for kh in range(1, 8):
+        for kw in range(1, 8):
+            if kh * kw > 25:
+                continue
+            pos = dsp_dw.tap_layout(kh, kw)
+            assert sorted(pos.reshape(-1)) == list(range(kh * kw))        # a permutation of the bytes
+            w = rng.integers(-128, 128, (kh, kw))
+            w.reshape(-1)[: 2] = (-128, 127)[: w.size]
+            buf = np.zeros(kh * kw + 3, np.int64)
+            buf[pos.reshape(-1)] = w.reshape(-1)
+            ub = buf & 0xFF
+            e = int(rng.integers(1, 32))
+            for ph in (0, 1):
+                words, _, ew = dsp_dw.phase_words(kh, kw, ph, pos)
+                loads, recs = dsp_dw.recipes(words, pos)
+                assert len(recs) == len(words)
+                for n, ((lo, hi), r) in enumerate(zip(words, recs)):
+                    if r[0] == "sx":
+                        o, rot = loads[r[1]], r[2] // 8
+                        word = int(ub[o] | ub[o + 1] << 8 | ub[o + 2] << 16 | ub[o + 3] << 24)
+                        b0, b2 = (word >> 8 * rot) & 0xFF, (word >> 8 * (rot + 2)) & 0xFF
+                        got = [2 * (b - 256 if b & 0x80 else b) for b in (b0, b2)]
+                    elif r[0] == "e":
+                        v = (e & 0xFFFF) | (((int(buf[r[1]]) << 17) & 0xFFFFFFFF) if r[1] is not None else 0)
+                        got = [_half(v, False), _half(v, True) if r[1] is not None else None]
+                    else:
+                        v = ((2 * int(buf[r[1]])) & 0xFFFF) | ((int(buf[r[2]]) << 17) & 0xFFFFFFFF)
+                        got = [_half(v, False), _half(v, True)]
+                    want = [2 * int(w[s[1], s[2]]) if s[0] == "t" else (e if s[0] == "e" else None) for s in (lo, hi)]
+                    assert got == want, (kh, kw, ph, n, r, got, want)
+                    if n == ew:
+                        assert r[0] == "e"
+
+
+def test_record_round_trip():
+    """The 8-byte record holds every shift 1..31, folded biases up to
+    |2^28 - 1| and every multiplier in [2^30, 2^31); the kernel's decode
+    (modelled by unpack_record) gives back 2 bias, mult, e exactly."""
+    e = np.repeat(np.arange(1, 32), 8)
+    fold = np.tile([0, 1, -1, 2 ** 28 - 1, -(2 ** 28 - 1), 12345, -98765, 2 ** 27], 31)
+    mult = np.tile([2 ** 30, 2 ** 31 - 1, 2 ** 30 + 1, 1518500250, 2 ** 31 - 2, 1 << 30 | 7, 2 ** 30 + 2 ** 29,
+                    2 ** 31 - 3], 31)
+    rec = dsp_dw.record(fold, mult, e)
+    assert rec.dtype == np.int32 and rec.size == 2 * e.size
+    b2, m, ee = dsp_dw.unpack_record(rec)
+    np.testing.assert_array_equal(b2, 2 * fold)
+    np.testing.assert_array_equal(m, mult)
+    np.testing.assert_array_equal(ee, e)
+
+
+def _init(model, name, value):
+    from onnx import numpy_helper
+    for t in model.graph.initializer:
+        if t.name == name:
+            t.CopyFrom(numpy_helper.from_array(np.asarray(value, numpy_helper.to_array(t).dtype), name))
+            return
+    raise KeyError(name)
+
+
+# (layer, output zero point, largest shift, clamp): both phases, stride 2, 5x5, kh even, transposed
+EXTREME = [
+    (dw(32, 9, 11, (3, 3), pads=(1, 1, 1, 1)), 0, 30, None),
+    (dw(16, 7, 9, (3, 3), (2, 2), (1, 1, 1, 1)), -128, 22, (0.0, float("inf"))),
+    (dw(12, 9, 8, (5, 5), pads=(2, 2, 2, 2)), 5, 24, (-0.4, 0.3)),
+    (dw(8, 5, 7, (2, 3), pads=(1, 1, 0, 1)), -20, 24, (0.0, float("inf"))),
+    (dw(8, 11, 4, (3, 3), pads=(1, 1, 1, 1)), 0, 20, None),
+]
+
+
+def _extreme_model(seed):
+    """EXTREME's layers with taps all -128, all 127, alternating -128 / 127
+    or random per channel; per-channel scales giving every shift from 1 to
+    the layer's largest (multiplier 0.75 2^-e); biases putting the output
+    near a rounding boundary, clipped to |bias| <= 2^28 - 2^21 (the
+    record's limit: the folded bias stays below 2^28) with both signs at
+    the clip; the last layer has one bias of 2^29 (fast requantization,
+    but too wide for the record: the older kernel)."""
+    model, feeds = build([spec for spec, *_ in EXTREME], seed=seed)
+    from onnx import numpy_helper
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    rng = np.random.default_rng(seed)
+    shifts = {}
+    for i, (spec, yzp, emax, _) in enumerate(EXTREME):
+        w = inits[f"w{i}"].astype(np.int64)
+        c = w.shape[0]
+        for ch in range(c):
+            kind = ch % 4
+            w[ch] = (-128 if kind == 0 else 127 if kind == 1 else
+                     np.where(np.indices(w.shape[1:]).sum(0) % 2 == 0, -128, 127) if kind == 2 else
+                     rng.integers(-128, 128, w.shape[1:]))
+        e = 1 + np.arange(c) % emax
+        e[-1] = emax
+        ws = (np.float64(inits[f"ys{i}"]) / np.float64(inits[f"xs{i}"]) * 0.75 * 2.0 ** -e).astype(np.float32)
+        lim = 2 ** 28 - 2 ** 21
+        b = np.clip(np.rint((rng.integers(-60, 61, c) + 0.5) * 2.0 ** e / 0.75), -lim, lim).astype(np.int64)
+        b[e >= 26] = np.where(np.arange(c)[e >= 26] % 2 == 0, lim, -lim)
+        if i == len(EXTREME) - 1:
+            b[0] = 2 ** 29
+        _init(model, f"w{i}", w)
+        _init(model, f"ws{i}", ws)
+        _init(model, f"b{i}", b)
+        _init(model, f"yz{i}", yzp)
+        shifts[f"conv{i}"] = set(e.tolist())
+    return model, feeds, shifts
+
+
+def _compile_extreme(board, monkeypatch, seed=31):
+    model, feeds, shifts = _extreme_model(seed)
+    seen = {}
+    emit = dsp_dw.emit
+
+    def spy(node, x, wk, folded, outs, k, p, mode, mult, *rest):
+        ok = emit(node, x, wk, folded, outs, k, p, mode, mult, *rest)
+        seen[node.name] = (ok, mode, set(np.asarray(mult).reshape(-1, 3)[:, 1].tolist()) if mode == "fast" else None,
+                           int(np.min(wk)), int(np.max(wk)))
+        return ok
+    monkeypatch.setattr(dsp_dw, "emit", spy)
+    c = compile_model(model, board=board)
+    g = c.graph
+    for n, (*_, act) in zip([n for n in g.nodes if n.op_type == "QLinearConv"], EXTREME):
+        if act is not None:
+            n.act = act
+    seen.clear()
+    c = dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+    names = sorted(seen)
+    assert len(names) == len(EXTREME), seen
+    for i, name in enumerate(names):
+        ok, mode, es, wmin, wmax = seen[name]
+        assert mode == "fast" and (wmin, wmax) == (-128, 127), (name, seen[name])
+        assert es == shifts[name], (name, es, shifts[name])      # every shift 1..emax reached the kernel
+        assert ok == (i != len(EXTREME) - 1), (name, ok)         # the 2^29 bias: not the record's
+    kern = _kernels(c.header)
+    assert {k.rsplit("_kp", 1)[0] for k in kern if "qdw2" in k} >= {
+        "qdw2_dsp_ns_3x3s11", "qdw2_dsp_zs_3x3s22", "qdw2_dsp_nc_5x5s11", "qdw2_dsp_zc_2x3s11"}, kern
+    return c, feeds
+
+
+def _assert_exact(g, outs, feeds):
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, outs):
+        r = ref[name]
+        np.testing.assert_array_equal(o.reshape(r.shape), r, err_msg=name)
+        assert np.unique(r).size >= 4, name
+        assert (r == -128).any() and (r == 127).any() or name != "y0", name     # saturates both ways
+
+
+def test_extreme_taps_and_every_shift_on_host(monkeypatch):
+    """Taps of -128 and 127, every shift the kernel takes (1..30 with zero
+    point 0, 1..22 with -128), folded biases at the record's limits, Relu,
+    a clamp and the full int8 range: bit-exact with the reference."""
+    c, feeds = _compile_extreme(BOARD, monkeypatch)
+    _assert_exact(c.graph, run_host(c, feeds), feeds)
+
+
+@pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps2-an505"])
+def test_extreme_taps_and_every_shift_on_qemu(board, monkeypatch):
+    """The same on the real instructions (SXTB16 / SADD16 / PKHBT of the
+    word building, the record's decode) on M4 and M33."""
+    from cuvil_mcu.sim import qemu
+    c, feeds = _compile_extreme(board, monkeypatch)
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
+    _assert_exact(g, r.outputs, feeds)

@@ -24,8 +24,8 @@ sees only (rows, columns) and byte strides; Python transposes the kernel
 and swaps strides and pads for the transposed case.
 
 Requantization (bit-identical to quant.requantize_fixed, see requant_dw):
-weights and bias are stored doubled (|2 w| <= 256 fits int16, |2 acc| <
-2^31 by the bound), so SMMLAR(2 acc, mult, nudge) = srdhm(acc, mult) +
+the kernel accumulates with doubled weights and bias (|2 w| <= 256 fits
+int16, |2 acc| < 2^31 by the bound), so SMMLAR(2 acc, mult, nudge) = srdhm(acc, mult) +
 nudge with nudge = 2^(e-1) + yzp 2^e, then ASR by e (e rides in the low
 half of a packed weight word: ASR by register reads only its low byte),
 then SSAT or the clamp. The rounding shift rounds half away from zero: for
@@ -34,8 +34,22 @@ product is 0 and both give yzp); when the clamp's low bound is >= yzp
 (Relu, Relu6) every acc < 0 lands on the low bound either way and the
 correction is left out ("z" variants; "n" keeps it).
 
-Flash: per channel the doubled taps as int16 (as the kernel before) and
-(2 bias, mult, nudge, e); one kernel per (kh, kw, strides, KP, clamp kind).
+Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
+int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
+layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
+a column 2 bytes apart), 3 bytes of padding after the last channel; per
+line the kernel builds its weight words from them (recipes): one unaligned
+LDR + SXTB16 [ror 8] + SADD16 (doubling, exact) per word of two taps 2
+bytes apart, LDRSB / LSL / LDRSB / PKHBT lsl 17 for other pairs, PKHBT lsl
+17 of e and one tap for the e word (3x3: 12 instructions per phase-0 line,
+15 per phase-1 line, was ~8 from int16 taps). The record (record()) is 2
+words: folded bias 2^3 + (e & 7) and mult - 2^30 + (e >> 3) 2^30 (mult's
+bit 30 is always set, bit 31 clear), so |folded bias| < 2^28 is required
+(else emit returns False); the nudge (2 yzp + 1) 2^(e-1) is derived per
+channel from n1 = 2 yzp + 1 in the geo table. Decoding the record costs
+~10 instructions per channel and band. One kernel per (kh, kw, strides,
+KP, clamp kind). On an386 (vs the int16 taps / 16-byte records): flash
+-17 B per 3x3 channel (VWW -20.7 KB), +0.3-0.5 % instructions per model.
 
 Cost on mps2-an386 (instructions / MAC, 3x3): a pass of 2 outputs is 28-29
 instructions (4 LDRD, 12 SMLAxy, 2 x (SMMLAR, ASR, SSAT, STRB), pointers,
@@ -55,13 +69,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.qgemm import int32_array
 
 BUF_WORDS = 1024          # int32 words of the 4 stack planes (4 KB, dsp.MAX_STACK)
 NP = 2                    # outputs per pass
 KPS = (5, 4)              # pair-rows per buffer column, by preference
 FIELDS = ("nb", "rows", "c", "nl_all", "ow", "pt", "lf", "nc", "rf", "rin", "cin", "rout", "cout", "bin",
-          "bout", "lb", "xzp", "lo", "hi")
+          "bout", "lb", "xzp", "lo", "hi", "n1")
 
 
 def requant_dw(acc, mult, e, yzp, corr=True) -> np.ndarray:
@@ -78,7 +91,25 @@ def requant_dw(acc, mult, e, yzp, corr=True) -> np.ndarray:
     return t >> e
 
 
-def phase_words(kh: int, kw: int, ph: int):
+def tap_layout(kh: int, kw: int) -> np.ndarray:
+    """pos[i][j]: the byte of tap (i, j) in a channel's kh * kw int8 taps.
+    Columns 2q and 2q + 1 interleave in a block of 2 kh bytes (tap (i, j) at
+    2 kh q + 2 i + (j & 1)), so the taps of rows i and i + 1 of one column
+    are 2 bytes apart: one LDR + SXTB16 [ror 8] gives the pair word of
+    either phase. An odd last column puts its first ceil(kh / 2) rows on
+    the even offsets of its kh bytes, the others on the odd ones (so rows
+    i, i + 1 stay 2 apart except across the two groups)."""
+    pos = np.zeros((kh, kw), np.int64)
+    for j in range(kw - kw % 2):
+        pos[:, j] = 2 * kh * (j // 2) + 2 * np.arange(kh) + (j & 1)
+    if kw % 2:
+        half = (kh + 1) // 2
+        for i in range(kh):
+            pos[i, kw - 1] = 2 * kh * (kw // 2) + (2 * i if i < half else 2 * (i - half) + 1)
+    return pos
+
+
+def phase_words(kh: int, kw: int, ph: int, pos=None):
     """The weight words of a line whose first row is at pair-row half `ph`
     (0: low half, 1: high half) and the MAC of each (column, word).
 
@@ -86,7 +117,10 @@ def phase_words(kh: int, kw: int, ph: int):
     ("t", i, j) (tap), ("e",) or ("z",); macs[j] = per pair-row word g
     (0..G-1) a tuple (op, word index, data half, weight half) with op
     "pair" (SMLAD) or "one" (SMLA<data half><weight half>); ew: the index
-    of the word whose low half holds the shift e."""
+    of the word whose low half holds the shift e. Singles go two per word:
+    with a layout pos (tap_layout), pairs of singles 2 bytes apart first
+    (lower byte in the low half: one SXTB16 builds them), then the others
+    in order; the one left over shares the last word with e."""
     g_n = (kh + ph + 1) // 2
     pairs, singles, macs = [], [], []
     for j in range(kw):
@@ -101,40 +135,87 @@ def phase_words(kh: int, kw: int, ph: int):
                 col.append(["one", len(singles), "b" if ok0 else "t", None])
                 singles.append(("t", r0 if ok0 else r1, j))
         macs.append(col)
-    # singles two per word; e in the low half of the last word (alone when the count is even)
+    # pair the singles: 2 bytes apart first (when a layout is given), then in order
+    left = list(range(len(singles)))
+    groups = []
+    if pos is not None:
+        at = {int(pos[s[1], s[2]]): n for n, s in enumerate(singles)}
+        for b in sorted(at):
+            n, m = at[b], at.get(b + 2)
+            if m is not None and n in left and m in left:
+                groups.append((n, m))
+                left.remove(n)
+                left.remove(m)
+    for q in range(0, len(left) - len(left) % 2, 2):
+        groups.append((left[q], left[q + 1]))
+    slot = {}                     # single -> (word index, weight half)
     sw = []
-    m = len(singles)
-    for s in range(0, m - m % 2, 2):
-        sw.append((singles[s], singles[s + 1]))
-    sw.append((("e",), singles[-1]) if m % 2 else (("e",), ("z",)))
+    for n, m in groups:
+        slot[n], slot[m] = (len(pairs) + len(sw), "b"), (len(pairs) + len(sw), "t")
+        sw.append((singles[n], singles[m]))
+    if len(left) % 2:
+        slot[left[-1]] = (len(pairs) + len(sw), "t")
+        sw.append((("e",), singles[left[-1]]))
+    else:
+        sw.append((("e",), ("z",)))
     words = pairs + sw
     for col in macs:
         for mac in col:
-            if mac[0] == "pair":
-                continue
-            s = mac[1]
-            if m % 2 and s == m - 1:
-                mac[1], mac[3] = len(pairs) + len(sw) - 1, "t"
-            else:
-                mac[1], mac[3] = len(pairs) + s // 2, "b" if s % 2 == 0 else "t"
+            if mac[0] == "one":
+                mac[1], mac[3] = slot[mac[1]]
     return words, [[tuple(mac) for mac in col] for col in macs], len(words) - 1
 
 
-def _recipes(words, kh: int):
-    """How the kernel builds each weight word from the channel's doubled
-    taps stored column-major (halfword index j*kh + i) and e: ("ld", idx)
-    one 32-bit load of two neighbouring taps; ("pk", lo, hi) two halves
-    packed, each an index or "e" or "z"."""
+def recipes(words, pos):
+    """How the kernel builds each weight word (taps doubled, as the
+    accumulator is) from the channel's int8 taps wt (tap (i, j) at byte
+    pos[i][j]) and its shift e (from the record). Returns (loads,
+    recipes): loads = byte offsets of 32-bit loads (any alignment; a load
+    may read up to 3 bytes past the channel: the array is padded);
+    recipes[n] = ("sx", load index, rot): SADD16 of SXTB16 [ror 8] of that
+    load, for two taps 2 bytes apart; ("e", byte or None): e in the low half
+    with 2 w[byte] on top (PKHBT lsl 17) or e alone (its high half is
+    never read); ("pk", lo byte, hi byte): 2 w[lo] | 2 w[hi] << 16 from two
+    byte loads (LDRSB, LSL, LDRSB, PKHBT)."""
+    def b(s):
+        return int(pos[s[1], s[2]])
+    starts = sorted({b(lo) for lo, hi in words if lo[0] == "t" and hi[0] == "t" and b(hi) == b(lo) + 2})
+    loads, where = [], {}
+    for st in starts:
+        if st in where:
+            continue
+        where[st] = (len(loads), 0)
+        if st + 1 in starts:
+            where[st + 1] = (len(loads), 8)
+        loads.append(st)
     out = []
     for lo, hi in words:
-        def idx(s):
-            return s[2] * kh + s[1] if s[0] == "t" else s[0]
-        a, b = idx(lo), idx(hi)
-        if isinstance(a, int) and isinstance(b, int) and b == a + 1:
-            out.append(("ld", a))
+        if lo[0] == "e":
+            out.append(("e", b(hi) if hi[0] == "t" else None))
+        elif b(hi) == b(lo) + 2:
+            out.append(("sx",) + where[b(lo)])
         else:
-            out.append(("pk", a, b))
-    return out
+            out.append(("pk", b(lo), b(hi)))
+    return loads, out
+
+
+def record(fold, mult, e) -> np.ndarray:
+    """The 2 int32 words per channel the kernel reads (flattened): r0 =
+    fold 2^3 + (e & 7) (|fold| < 2^28), r1 = mult - 2^30 + (e >> 3) 2^30
+    (mult in [2^30, 2^31), e in 1..31: bit 30 of mult is known to be set)."""
+    fold, mult, e = (np.asarray(a, np.int64).reshape(-1) for a in (fold, mult, e))
+    r0 = fold * 8 + (e & 7)
+    r1 = (mult - 2 ** 30 + ((e >> 3) << 30)).astype(np.uint32).view(np.int32)
+    return np.stack([r0.astype(np.int32), r1], axis=1).reshape(-1)
+
+
+def unpack_record(rec):
+    """What the kernel derives from record()'s words (int64 numpy, with C's
+    arithmetic): (2 fold, mult, e) = ((r0 >> 2) & ~1, (r1 & (2^30 - 1)) |
+    2^30, (r0 & 7) + 8 (r1 >>> 30))."""
+    r = np.asarray(rec, np.int64).reshape(-1, 2)
+    r0, r1 = r[:, 0], r[:, 1] & 0xFFFFFFFF
+    return (r0 >> 2) & ~1, (r1 & (2 ** 30 - 1)) | 2 ** 30, (r0 & 7) + 8 * (r1 >> 30)
 
 
 def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs) -> list[dict]:
@@ -202,10 +283,15 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     mq, e = tab[:, 0], tab[:, 1]
     if np.any(mq < 2 ** 30) or np.any(e < 1) or np.any(e > 31):
         return False
-    w2 = 2 * np.asarray(wk, np.int64)
-    if w2.size and (w2.min() < -2 ** 15 or w2.max() >= 2 ** 15):
+    w2 = np.asarray(wk, np.int64)          # stored as int8, doubled by the kernel
+    if w2.size and (w2.min() < -128 or w2.max() > 127):
         return False
     yzp = int(p.rq.zp)
+    # record (record()): folded 2^3 + (e & 7), mult - 2^30 + (e >> 3) 2^30; nudge =
+    # ((2 yzp + 1) << e) >> 1 in the kernel, exact while |(2 yzp + 1) 2^e| < 2^31
+    fold = np.asarray(folded, np.int64).reshape(-1)
+    if np.any(np.abs(fold) >= 2 ** 28) or np.any(np.abs((2 * yzp + 1) << e) >= 2 ** 31):
+        return False
     lo, hi = max(int(p.rq.lo), -128), min(int(p.rq.hi), 127)
     corr = lo < yzp
     # orientation: lines along the shorter output dimension
@@ -230,10 +316,11 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     lf = min(pl, wcols)
     nc = max(0, min(wd, wcols - pl))
     rf = wcols - lf - nc
-    phases = [phase_words(kh, kw, ph) for ph in ((0, 1) if sh % 2 else (0,))]
+    pos = tap_layout(kh, kw)
+    phases = [phase_words(kh, kw, ph, pos) for ph in ((0, 1) if sh % 2 else (0,))]
     vals = dict(nb=geo.n, rows=h, c=c, nl_all=oh, ow=ow, pt=pt, lf=lf, nc=nc, rf=rf, rin=cl_in[0],
                 cin=cl_in[1], rout=cl_out[0], cout=cl_out[1], bin=geo.hw[0] * geo.hw[1] * c,
-                bout=geo.out_hw[0] * geo.out_hw[1] * c, lb=lb, xzp=int(p.x_zp), lo=lo, hi=hi)
+                bout=geo.out_hw[0] * geo.out_hw[1] * c, lb=lb, xzp=int(p.x_zp), lo=lo, hi=hi, n1=2 * yzp + 1)
     k.kernel("requant_fixed")       # intrin_dsp refers to its helpers
     k.kernel("intrin_dsp")
     k.kernel("intrin_dw_dsp")
@@ -242,15 +329,15 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp,
                                "np": NP, "nk_extra": nk_extra, "plane": BUF_WORDS // 4, "bufw": BUF_WORDS,
                                "corr": corr, "sat": rq == "s",
-                               "phases": [dict(recipes=_recipes(wds, kh), ew=ew, g=(kh + ph + 1) // 2,
-                                               cols=pass_code(kh, kw, sw, kp, ph, mcs))
+                               "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew,
+                                               g=(kh + ph + 1) // 2, cols=pass_code(kh, kw, sw, kp, ph, mcs))
                                           for ph, (wds, mcs, ew) in enumerate(phases)],
                                "fields": FIELDS})
-    taps = np.ascontiguousarray(w2.transpose(2, 1, 0)).reshape(c, kw * kh)     # [ch][j][i]
-    wsym = k.const(taps.astype(np.int16).reshape(-1), f"{node.name}_w_dw2")
-    bias2 = int32_array(node, 2 * np.asarray(folded, np.int64), "doubled bias")
-    nudge = (np.int64(1) << (e - 1)) + np.int64(yzp) * (np.int64(1) << e)
-    rec = np.stack([bias2.astype(np.int64), mq, nudge, e], axis=1).astype(np.int32).reshape(-1)
+    taps = np.zeros((c, kh * kw), np.int64)
+    taps[:, pos.reshape(-1)] = w2.reshape(kh * kw, c).T                  # tap (i, j) at byte pos[i][j]
+    taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
+    wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
+    rec = record(fold, mq, e)
     rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym});")
