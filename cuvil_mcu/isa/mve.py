@@ -81,12 +81,16 @@ def _lane8(v) -> np.ndarray:
 
 
 def _requant_arrays(k, rq, name: str, perm=None) -> str:
-    """mult, lsh = max(shift, 0), rsh = min(shift, 0) as const arrays."""
+    """mult (int32), lsh = max(shift, 0), rsh = min(shift, 0) (int8: shifts
+    lie in -31..30) as const arrays; lsh is a null pointer when no channel
+    shifts left (the kernel variant does not read it)."""
     f = perm or (lambda v: v)
-    shift = np.asarray(rq.shift, np.int64)
-    return (f"{k.const(f(np.asarray(rq.mult, np.int64)).astype(np.int32), f'{name}_mult')}, "
-            f"{k.const(f(np.maximum(shift, 0)).astype(np.int32), f'{name}_lsh')}, "
-            f"{k.const(f(np.minimum(shift, 0)).astype(np.int32), f'{name}_rsh')}")
+    # clipped into int8: a rounding right shift by 33 or more of an int32 gives 0, like any larger one
+    shift = np.clip(np.asarray(rq.shift, np.int64), -128, 127)
+    lsh = (k.const(f(np.maximum(shift, 0)).astype(np.int8), f'{name}_lsh') if np.any(shift > 0)
+           else "(const int8_t *)0")
+    return (f"{k.const(f(np.asarray(rq.mult, np.int64)).astype(np.int32), f'{name}_mult')}, {lsh}, "
+            f"{k.const(f(np.minimum(shift, 0)).astype(np.int8), f'{name}_rsh')}")
 
 
 def _helpers(k, copy: bool = False) -> None:
