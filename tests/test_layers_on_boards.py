@@ -1,0 +1,132 @@
+"""Every int8 layer test model on every emulated Cortex-M core.
+
+The layer models of the int8 op tests (test_qconv, test_qgemm, test_qpool,
+test_qelementwise, test_qsoftmax; test_isa_mve's extra conv shapes), each
+many independent layers in one graph, compiled for each QEMU board (so each
+board's kernels: portable C on the M3, DSP on the M4 / M7 / M33, Helium on
+the M55), run as one bare-metal firmware per model and board, and compared
+bit for bit with the numpy reference interpreter on the host. The op tests
+themselves check the reference against onnxruntime and TFLM's recipes.
+"""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from cuvil_mcu.compiler import compile_model
+from qhelpers import MS, qmodel, qparams, rand_q, sim_exact
+
+BOARDS = ["qemu-mps2-an385", "qemu-mps2-an386", "qemu-mps2-an500", "qemu-mps2-an505", "qemu-mps3-an547"]
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
+    reason="needs apt packages gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm")
+
+
+def _conv():
+    from test_qconv import conv_model
+    return conv_model("int8", seed=7)
+
+
+def _conv_u8():
+    from test_qconv import conv_model
+    return conv_model("uint8", seed=8)
+
+
+def _conv_extra():
+    from test_isa_mve import extra_model
+    return extra_model(seed=5)
+
+
+def _gemm():
+    from test_qgemm import gemm_model
+    return gemm_model("int8")
+
+
+def _matmul():
+    from test_qgemm import matmul_model
+    return matmul_model("int8")
+
+
+def _avg_pool():
+    from test_qpool import _avg_model
+    return _avg_model("int8", equal=False, channels_last=1), None
+
+
+def _max_pool():
+    from test_qpool import MAX_CASES, SHAPES
+    nodes = [helper.make_node("QMaxPool", [src], [f"y{i}"], domain="cuvil", **a) for i, (src, a) in enumerate(MAX_CASES)]
+    return qmodel(nodes, {k: (s, "int8") for k, s in SHAPES.items()}, {f"y{i}": "int8" for i in range(len(MAX_CASES))}), None
+
+
+def _add():
+    from test_qelementwise import _binary_model
+    return _binary_model("QLinearAdd", "int8", (0.05, 0.031, 0.07)), None
+
+
+def _mul():
+    from test_qelementwise import _binary_model
+    return _binary_model("QLinearMul", "int8", (0.05, 0.031, 0.07)), None
+
+
+def _lut():
+    from test_qelementwise import _lut_model
+    return _lut_model("int8", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.13})]), None
+
+
+def _softmax():
+    from test_qsoftmax import _softmax_model
+    return _softmax_model("int8", 0.09, [(1 / 256, -128), (0.01, 5)]), None
+
+
+def _concat():
+    inits = {**qparams("y", 0.05, 3, "int8"), **qparams("a", 0.05, 3, "int8"), **qparams("b", 0.031, -7, "int8")}
+    cases = [(1, [(2, 3, 4), (2, 5, 4)]), (-1, [(3, 2), (3, 7)]), (0, [(2, 3), (1, 3)])]
+    nodes, inputs = [], {}
+    for i, (axis, shapes) in enumerate(cases):
+        ins = ["y_s", "y_z"]
+        for p, s in zip("ab", shapes):
+            inputs[f"{p}{i}"] = (s, "int8")
+            ins += [f"{p}{i}", f"{p}_s", f"{p}_z"]
+        nodes.append(helper.make_node("QLinearConcat", ins, [f"y{i}"], domain=MS, axis=axis))
+    return qmodel(nodes, inputs, {f"y{i}": "int8" for i in range(len(cases))}, inits), None
+
+
+FAMILIES = {"conv": _conv, "conv_uint8": _conv_u8, "conv_extra": _conv_extra, "gemm": _gemm, "matmul": _matmul,
+            "avg_pool": _avg_pool, "max_pool": _max_pool, "add": _add, "mul": _mul, "lut": _lut,
+            "softmax": _softmax, "concat": _concat}
+
+
+def _feeds(model, seed):
+    from onnx import helper as h
+    rng = np.random.RandomState(seed)
+    out = {}
+    for vi in model.graph.input:
+        dt = np.dtype(h.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)).name
+        shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+        out[vi.name] = rand_q(rng, shape, dt)
+    return out
+
+
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_layers_exact_on_board(family, board):
+    built = FAMILIES[family]()
+    model, feeds = built if isinstance(built, tuple) else (built, None)
+    feeds = feeds if feeds is not None else _feeds(model, seed=len(family))
+    c = compile_model(model, board=board, requant="fixed")
+    r, _ = sim_exact(c, feeds, min_unique=2)
+    assert "warning:" not in r.warnings, r.warnings
+
+
+@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps3-an547"])
+@pytest.mark.parametrize("family", ["conv", "gemm", "add", "avg_pool", "softmax"])
+def test_layers_float_requant_on_board(family, board):
+    """--requant float (onnxruntime's float scales) on the cores with an FPU."""
+    model, feeds = FAMILIES[family]() if family in ("conv", "gemm") else (FAMILIES[family]()[0], None)
+    feeds = feeds if feeds is not None else _feeds(model, seed=len(family))
+    c = compile_model(model, board=board, requant="float")
+    sim_exact(c, feeds, min_unique=2)
