@@ -1,10 +1,12 @@
-"""Every int8 layer test model on every emulated Cortex-M core.
+"""Every int8 layer test model on every emulated Cortex-M core and both
+NEON (Cortex-A) boards.
 
 The layer models of the int8 op tests (test_qconv, test_qgemm, test_qpool,
 test_qelementwise, test_qsoftmax; test_isa_mve's extra conv shapes), each
 many independent layers in one graph, compiled for each QEMU board (so each
 board's kernels: portable C on the M3, DSP on the M4 / M7 / M33, Helium on
-the M55), run as one bare-metal firmware per model and board, and compared
+the M55, NEON on the Cortex-A7 / A53), run as one bare-metal firmware per
+model and board (a Linux executable under qemu-user for NEON), and compared
 bit for bit with the numpy reference interpreter on the host. The op tests
 themselves check the reference against onnxruntime and TFLM's recipes.
 """
@@ -17,13 +19,22 @@ import pytest
 from onnx import helper
 
 from cuvil_mcu.compiler import compile_model
-from qhelpers import MS, qmodel, qparams, rand_q, sim_exact
+from qhelpers import MS, assert_graph_outputs_exact, qmodel, qparams, rand_q, sim_exact
+from test_isa_neon import BOARD_PARAMS as NEON_BOARDS, run_board
 
-BOARDS = ["qemu-mps2-an385", "qemu-mps2-an386", "qemu-mps2-an500", "qemu-mps2-an505", "qemu-mps3-an547"]
+_MCU = pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
+                          reason="needs apt packages gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm")
+BOARDS = [pytest.param(b, marks=_MCU) for b in
+          ("qemu-mps2-an385", "qemu-mps2-an386", "qemu-mps2-an500", "qemu-mps2-an505", "qemu-mps3-an547")] \
+    + NEON_BOARDS
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
-    reason="needs apt packages gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm")
+
+def _run_exact(c, feeds):
+    if c.board.id.startswith("qemu-"):
+        r, _ = sim_exact(c, feeds, min_unique=2)
+        assert "warning:" not in r.warnings, r.warnings
+    else:   # NEON: built with -Wall -Wextra -Werror -pedantic, run under qemu-user
+        assert_graph_outputs_exact(c.graph, run_board(c, feeds), feeds, min_unique=2)
 
 
 def _conv():
@@ -117,16 +128,14 @@ def test_layers_exact_on_board(family, board):
     built = FAMILIES[family]()
     model, feeds = built if isinstance(built, tuple) else (built, None)
     feeds = feeds if feeds is not None else _feeds(model, seed=len(family))
-    c = compile_model(model, board=board, requant="fixed")
-    r, _ = sim_exact(c, feeds, min_unique=2)
-    assert "warning:" not in r.warnings, r.warnings
+    _run_exact(compile_model(model, board=board, requant="fixed"), feeds)
 
 
-@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps3-an547"])
+@pytest.mark.parametrize("board", [pytest.param(b, marks=_MCU) for b in ("qemu-mps2-an386", "qemu-mps3-an547")]
+                         + NEON_BOARDS)
 @pytest.mark.parametrize("family", ["conv", "gemm", "add", "avg_pool", "softmax"])
 def test_layers_float_requant_on_board(family, board):
-    """--requant float (onnxruntime's float scales) on the cores with an FPU."""
+    """--requant float (onnxruntime's float scales) on the cores with an FPU / NEON."""
     model, feeds = FAMILIES[family]() if family in ("conv", "gemm") else (FAMILIES[family]()[0], None)
     feeds = feeds if feeds is not None else _feeds(model, seed=len(family))
-    c = compile_model(model, board=board, requant="float")
-    sim_exact(c, feeds, min_unique=2)
+    _run_exact(compile_model(model, board=board, requant="float"), feeds)
