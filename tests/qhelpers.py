@@ -67,6 +67,24 @@ def assert_graph_outputs_exact(graph, outs, feeds: dict, min_unique: int = 0) ->
     return ref
 
 
+def with_fused_act(c, act):
+    """Compiled model c with every node's fused clamp set to act (real
+    domain, as the QDQ pass sets it) and the header rendered again."""
+    import dataclasses
+    from cuvil_mcu import codegen, planner
+    g = c.graph
+    for n in g.nodes:
+        n.act = act
+    return dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+
+
+def clamped_exact(graph, outs, feeds: dict) -> int:
+    """outs equal the reference bit for bit; returns how many reference
+    values sit at their output's min or max (did a clamp bite?)."""
+    ref = assert_graph_outputs_exact(graph, outs, feeds)
+    return sum(int((r == r.min()).sum() + (r == r.max()).sum()) for r in (ref[n] for n in graph.outputs))
+
+
 def sim_exact(c, feeds: dict, min_unique: int = 0):
     """Run compiled model c for one sample on its QEMU board and assert every
     output equals the reference; returns (SimResult, reference by name)."""
