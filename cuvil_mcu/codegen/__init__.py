@@ -104,6 +104,15 @@ class Emitter:
         self._const_by_key[key] = symbol
         return symbol
 
+    def drop_unused_const(self, symbol: str) -> None:
+        """Forget a const array nothing emitted so far refers to (e.g. the
+        portable layout of weights an ISA kernel stores in its own layout):
+        no unused array in flash. A later k.const of the same data makes it
+        again."""
+        if symbol in self.consts and not any(symbol in line for line in self.body):
+            del self.consts[symbol]
+            self._const_by_key = {key: s for key, s in self._const_by_key.items() if s != symbol}
+
     # --- literals ----------------------------------------------------------
     @staticmethod
     def f32(x: float) -> str:

@@ -133,11 +133,8 @@ def pack(b: np.ndarray, c: np.ndarray, slots: list[int], groups: int, np_: int =
 
 
 def _drop_unused(k, sym: str) -> None:
-    """Remove a const the portable kernel would have read, when nothing
-    emitted so far uses it (no unused array in flash)."""
-    if sym in k.consts and not any(sym in line for line in k.body):
-        del k.consts[sym]
-        k._const_by_key = {key: s for key, s in k._const_by_key.items() if s != sym}
+    """Remove a const the portable kernel would have read (no unused array in flash)."""
+    k.drop_unused_const(sym)
 
 
 def emit(op, node, ins, outs, k, prm) -> bool:

@@ -354,10 +354,7 @@ def emit_qgemm(op, node, ins, outs, k, params) -> bool:
     wk = np.asarray(k.consts[wsym].data)
     if wk.dtype != np.int8 or wk.shape != (n, kk):
         return False
-    if not any(wsym in line for line in k.body):
-        # the portable layout is not needed: drop it (no unused array in flash or warnings)
-        del k.consts[wsym]
-        k._const_by_key = {key: sym for key, sym in k._const_by_key.items() if sym != wsym}
+    k.drop_unused_const(wsym)   # the portable layout is not needed (no unused array in flash or warnings)
     vals = dict(nb=1, oh_n=1, ow_n=m, kh_n=1, kw_n=1, sh=1, sw=1, pt=0, pl=0, dh=1, ih_n=1, iw_n=m, cin=kk,
                 oha=0, ohb=1, owa=0, owb=m,
                 m_n=n, kk=kk, kk16=-(-kk // 16) * 16, direct=1, sbias=n if q["sc"][0] else 0, sxb=0, sxh=0, sxw=kk,
