@@ -1,4 +1,4 @@
-"""Helium (MVE) depthwise kernel of issue 4 round 3 (cuvil_mcu/isa/mve.py,
+"""Helium (MVE) depthwise kernel (cuvil_mcu/isa/mve.py,
 templates/kernels/qdwdot_mve.c.j2): input rows in a channel-major ring
 (rb[c][column][slot]), one VMLADAVA per pixel and channel, weights gathered
 per output row into the ring's lane order. On QEMU mps3-an547 (Cortex-M55),
@@ -25,7 +25,7 @@ from onnx import helper
 from cuvil_mcu.compiler import compile_model
 import shared_models as sm
 from qhelpers import qmodel
-from test_mve_round2 import BOARD, _check_host, _check_qemu, _rerender, needs_qemu
+from test_mve_add_pool import BOARD, _check_host, _check_qemu, _rerender, needs_qemu
 
 # (x NCHW shape, kernel, attributes, y zero point, multiplier range of x_s * w_s / y_s)
 LAYERS = [

@@ -1,4 +1,4 @@
-"""Helium (MVE) kernels of issue 4 round 2 (cuvil_mcu/isa/mve.py):
+"""Helium (MVE) element-wise and pooling kernels (cuvil_mcu/isa/mve.py):
 QLinearAdd (qadd_mve) and QLinearAveragePool (qavgpool_mve) on QEMU
 mps3-an547 (Cortex-M55), bit-exact with the numpy reference:
 - the Add on every one of the 256 x 256 int8 input pairs for several scale
