@@ -126,14 +126,21 @@ def check_strict_builds(model, feeds: dict, rel: float = 1e-5, exact: bool = Fal
     within rel of the output range, or bit for bit with exact=True.
     compile_kw go to compile_model (e.g. requant="float"). Returns the
     (cc, flags) that were skipped because the compiler is absent."""
+    c = compile_model(model, **compile_kw)
+    return run_strict_builds(c, feeds, rel, exact, what=f"{compile_kw or ''} ")
+
+
+def run_strict_builds(c, feeds: dict, rel: float = 1e-5, exact: bool = False, builds=None,
+                      what: str = "") -> list:
+    """check_strict_builds for an already compiled model c, over builds
+    (default STRICT_BUILDS). Returns the (cc, flags) skipped."""
     import shutil
 
-    c = compile_model(model, **compile_kw)
     g = c.graph
     ref = reference.run(g, feeds)
     ins = [np.asarray(feeds[n], dtype=g.tensors[n].dtype)[None] for n in g.inputs]
     skipped = []
-    for cc, flags in STRICT_BUILDS:
+    for cc, flags in (STRICT_BUILDS if builds is None else builds):
         if shutil.which(cc) is None:
             skipped.append((cc, flags))
             continue
@@ -141,12 +148,12 @@ def check_strict_builds(model, feeds: dict, rel: float = 1e-5, exact: bool = Fal
                          [g.tensors[n].nbytes for n in g.outputs], cc=cc, cflags=STRICT_WARNINGS + flags)
         outs = host.run(exe, ins, c.out_specs, 1)
         for name, o in zip(g.outputs, outs):
-            what = f"{compile_kw or ''} {cc} {' '.join(flags)}: output '{name}' vs reference"
+            where = f"{what}{cc} {' '.join(flags)}: output '{name}' vs reference"
             if exact:
                 assert o[0].shape == ref[name].shape and o[0].dtype == ref[name].dtype, (
-                    f"{what}: {o[0].dtype}{o[0].shape} vs {ref[name].dtype}{ref[name].shape}")
+                    f"{where}: {o[0].dtype}{o[0].shape} vs {ref[name].dtype}{ref[name].shape}")
                 assert np.array_equal(o[0], ref[name]), (
-                    f"{what}: {int((o[0] != ref[name]).sum())} elements differ")
+                    f"{where}: {int((o[0] != ref[name]).sum())} elements differ")
             else:
-                assert_close(o[0], ref[name], rel, what)
+                assert_close(o[0], ref[name], rel, where)
     return skipped

@@ -67,15 +67,23 @@ def assert_graph_outputs_exact(graph, outs, feeds: dict, min_unique: int = 0) ->
     return ref
 
 
-def with_fused_act(c, act):
-    """Compiled model c with every node's fused clamp set to act (real
-    domain, as the QDQ pass sets it) and the header rendered again."""
+def rerender(c, act_for=None):
+    """Compiled model c with node.act (a fused clamp in the real domain, as
+    the QDQ pass sets it) set to act_for(node) where that is not None, and
+    the header rendered again."""
     import dataclasses
     from cuvil_mcu import codegen, planner
     g = c.graph
     for n in g.nodes:
-        n.act = act
+        a = act_for(n) if act_for is not None else None
+        if a is not None:
+            n.act = a
     return dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+
+
+def with_fused_act(c, act):
+    """c with every node's fused clamp set to act, rendered again."""
+    return rerender(c, lambda n: act)
 
 
 def clamped_exact(graph, outs, feeds: dict) -> int:

@@ -20,7 +20,7 @@ from cuvil_mcu import codegen, planner, quant, reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_dw
 from helpers import check_strict_builds
-from qhelpers import clamped_exact, with_fused_act
+from qhelpers import clamped_exact, rerender, with_fused_act
 from test_isa_dsp import build, run_host
 
 BOARD = "qemu-mps2-an386"
@@ -120,10 +120,8 @@ def test_relu_zero_point_at_minimum_takes_sat_without_correction():
         if t.name.startswith("yz"):
             t.CopyFrom(numpy_helper.from_array(np.array(-128, np.int8), t.name))
     c = compile_model(model, board=BOARD)
+    c = with_fused_act(c, (0.0, float("inf")))
     g = c.graph
-    for n in g.nodes:
-        n.act = (0.0, float("inf"))
-    c = dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
     assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp5"}
     outs = run_host(c, feeds)
     ref = reference.run(g, feeds)
@@ -198,10 +196,9 @@ def test_on_qemu(board):
     layers = [LAYERS[i] for i in (0, 2, 3, 4, 5, 9, 10, 12)]
     model, feeds = build([spec for spec, _ in layers], seed=25)
     c = compile_model(model, board=board)
+    relu = {n.name for n in c.graph.nodes[::2]}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
     g = c.graph
-    for n in g.nodes[::2]:
-        n.act = (0.0, float("inf"))
-    c = dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
     kern = _kernels(c.header)
     assert any(k.startswith("qdw2_dsp_z") for k in kern) and any(k.startswith("qdw2_dsp_n") for k in kern), kern
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)

@@ -16,19 +16,18 @@ orientation (int16, or a bias alone past 2^23, or chunks disabled); the
 real intrinsics on QEMU (M4, M7, M33)."""
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from cuvil_mcu import codegen, planner, reference
+from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_fc
 from cuvil_mcu.sim import host
 from helpers import NP2ONNX
-from qhelpers import assert_graph_outputs_exact
+from qhelpers import assert_graph_outputs_exact, rerender
 
 BOARD = "qemu-mps2-an386"
 STRICT = ["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsanitize=address,undefined",
@@ -180,11 +179,10 @@ def _assert_exact(c, outs, feeds):
 def _check(model, feeds, act=None):
     c = compile_model(model, board=BOARD, verify_each=True)
     if act is not None:      # a fused clamp, as the QDQ pass sets it: re-render with node.act
-        for nd in c.graph.nodes:
+        def scaled(nd):
             y_s = float(np.asarray(c.graph.tensors[nd.inputs[7]].data))
-            nd.act = act if act[1] == float("inf") else (act[0] * y_s, act[1] * y_s)
-        c = dataclasses.replace(c, header=codegen.render(c.graph, planner.plan(c.graph), c.prefix,
-                                                         target=c.board).text)
+            return act if act[1] == float("inf") else (act[0] * y_s, act[1] * y_s)
+        c = rerender(c, scaled)
     _assert_exact(c, _run_host(c, feeds), feeds)
     return c
 

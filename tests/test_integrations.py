@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
 
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
@@ -61,6 +59,22 @@ def int8_model_path(tmp_path_factory) -> tuple[str, dict]:
     x = np.random.default_rng(0).standard_normal((16, 1, 1, 49, 10)).astype(np.float32)
     return str(d / "dscnn.onnx"), dict(quantize="int8", calibration={m.graph.input[0].name: x[:, 0]}, io="int8")
 
+
+
+def _example_reference(g):
+    """The reference's first output (flattened) and its tensor for the input
+    the generated examples feed: input 0 = ((i % 17) - 8) / 8, quantized
+    with its scale and zero point when it is int8; other inputs zero."""
+    t0 = g.tensors[g.inputs[0]]
+    pat = (((np.arange(t0.size) % 17) - 8) / np.float32(8)).astype(np.float32)
+    if t0.dtype == "float32":
+        x = pat.reshape(t0.shape)
+    else:
+        s, z = np.float32(t0.quant.scale[0]), int(t0.quant.zero_point[0])
+        x = np.clip(np.rint(pat / s) + z, -128, 127).astype(t0.dtype).reshape(t0.shape)
+    feeds = {n: np.zeros(g.tensors[n].shape, g.tensors[n].dtype) for n in g.inputs}
+    feeds[g.inputs[0]] = x
+    return reference.run(g, feeds)[g.outputs[0]].reshape(-1), g.tensors[g.outputs[0]]
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
@@ -373,7 +387,7 @@ def test_zephyr_module_compiles(compiled, tmp_path, placement, section):
     c = compiled["int8"]
     write(zephyr.emit(c, tmp_path), tmp_path)
     root = tmp_path / "zephyr" / "model"
-    defs = [f"-DCONFIG_CUVIL_MODEL_MODEL=1", f"-DCONFIG_CUVIL_MODEL_MODEL_ARENA_{placement}=1"]
+    defs = ["-DCONFIG_CUVIL_MODEL_MODEL=1", f"-DCONFIG_CUVIL_MODEL_MODEL_ARENA_{placement}=1"]
     if section:
         defs.append(f'-DCONFIG_CUVIL_MODEL_MODEL_ARENA_SECTION="{section}"')
     obj = tmp_path / "model.o"
@@ -405,18 +419,8 @@ def test_zephyr_sample_runs(compiled, tmp_path, kind):
     assert m, r.stdout
     got = np.array(m.group(2).split(), dtype=np.int64)
     assert "model_run:" in r.stdout and " cycles, " in r.stdout
-    # the sample's input pattern, computed independently
-    t0 = g.tensors[g.inputs[0]]
-    pat = (((np.arange(t0.size) % 17) - 8) / np.float32(8)).astype(np.float32)
-    if t0.dtype == "float32":
-        x = pat.reshape(t0.shape)
-    else:
-        s, z = np.float32(t0.quant.scale[0]), int(t0.quant.zero_point[0])
-        x = np.clip(np.rint(pat / s) + z, -128, 127).astype(t0.dtype).reshape(t0.shape)
-    feeds = {n: np.zeros(g.tensors[n].shape, g.tensors[n].dtype) for n in g.inputs}
-    feeds[g.inputs[0]] = x
-    y = reference.run(g, feeds)[g.outputs[0]].reshape(-1)
-    to = g.tensors[g.outputs[0]]
+    # the reference on the sample's input pattern, computed independently
+    y, to = _example_reference(g)
     if to.dtype != "float32":
         y = (y.astype(np.int32) - int(to.quant.zero_point[0])).astype(np.float32) * np.float32(to.quant.scale[0])
     want = np.rint(y.astype(np.float32) * np.float32(1000)).astype(np.int64)[:16]
@@ -557,17 +561,7 @@ def test_platformio_example_runs_native(compiled, tmp_path, kind):
     r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     got = np.array(re.search(r"output 0:([-\d. ]+)", r.stdout).group(1).split(), dtype=np.float64)
-    t0 = g.tensors[g.inputs[0]]
-    pat = (((np.arange(t0.size) % 17) - 8) / np.float32(8)).astype(np.float32)
-    if t0.dtype == "float32":
-        x = pat.reshape(t0.shape)
-    else:
-        s, z = np.float32(t0.quant.scale[0]), int(t0.quant.zero_point[0])
-        x = np.clip(np.rint(pat / s) + z, -128, 127).astype(t0.dtype).reshape(t0.shape)
-    feeds = {n: np.zeros(g.tensors[n].shape, g.tensors[n].dtype) for n in g.inputs}
-    feeds[g.inputs[0]] = x
-    y = reference.run(g, feeds)[g.outputs[0]].reshape(-1)
-    to = g.tensors[g.outputs[0]]
+    y, to = _example_reference(g)
     if to.dtype != "float32":
         y = (y.astype(np.int32) - int(to.quant.zero_point[0])) * float(to.quant.scale[0])
     np.testing.assert_allclose(got, y[:16], atol=6e-5, rtol=1e-4)

@@ -14,35 +14,24 @@ mps3-an547 (Cortex-M55), bit-exact with the numpy reference:
 Needs arm-none-eabi-gcc and qemu-system-arm for the QEMU tests."""
 from __future__ import annotations
 
-import dataclasses
 import shutil
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from cuvil_mcu import codegen, planner, reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa.mve import add_mve_plan
 from cuvil_mcu.ops.qelementwise import add_fixed_params
-from cuvil_mcu.sim import host
-from helpers import STRICT_WARNINGS
-from qhelpers import MS, qmodel, qparams, rand_q, sim_exact
+from helpers import STRICT_WARNINGS, run_strict_builds
+from qhelpers import MS, qmodel, qparams, rand_q, rerender, sim_exact
 
 BOARD = "qemu-mps3-an547"
 HAVE_TOOLS = shutil.which("arm-none-eabi-gcc") is not None and shutil.which("qemu-system-arm") is not None
 needs_qemu = pytest.mark.skipif(not HAVE_TOOLS, reason="arm-none-eabi-gcc / qemu-system-arm not installed")
 
 
-def _rerender(c, act_for=None):
-    """Set node.act on the nodes act_for selects and render the header again."""
-    g = c.graph
-    if act_for is not None:
-        for n in g.nodes:
-            a = act_for(n)
-            if a is not None:
-                n.act = a
-    return dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+_rerender = rerender   # (also imported by test_mve_depthwise)
 
 
 def _check_qemu(c, feeds):
@@ -50,20 +39,11 @@ def _check_qemu(c, feeds):
 
 
 def _check_host(c, feeds):
-    g = c.graph
-    ref = reference.run(g, feeds)
-    ins = [np.asarray(feeds[n], g.tensors[n].dtype)[None] for n in g.inputs]
-    ran = 0
-    for cc, flags in (("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]),
-                      ("g++", ["-x", "c++"])):
-        if shutil.which(cc) is None:
-            continue
-        exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                         [g.tensors[n].nbytes for n in g.outputs], cc=cc, cflags=STRICT_WARNINGS + flags)
-        for name, o in zip(g.outputs, host.run(exe, ins, c.out_specs, 1)):
-            assert np.array_equal(o[0], ref[name]), f"{cc}: output {name} differs from the reference"
-        ran += 1
-    assert ran
+    """The host build of the header (plain C under the MVE feature test's
+    #else), gcc with sanitizers and g++, equals the reference."""
+    builds = [("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]),
+              ("g++", ["-x", "c++"])]
+    assert len(run_strict_builds(c, feeds, exact=True, builds=builds)) < len(builds)
 
 
 # --------------------------------------------------------------------------- QLinearAdd
@@ -120,13 +100,19 @@ def test_add_plan_matches_reference_on_all_pairs():
                for p in ADD_PARAMS)
 
 
-@needs_qemu
-def test_add_all_pairs_exact():
+def _all_pairs_adds():
+    """One Add per ADD_PARAMS set, each over all 256 x 256 int8 input pairs."""
     a, b = _all_pairs()
     model = _add_model(ADD_PARAMS, [((1, 256, 256), (1, 256, 256))] * len(ADD_PARAMS))
     feeds = {}
     for i in range(len(ADD_PARAMS)):
         feeds[f"x{i}"], feeds[f"y{i}"] = a, b
+    return model, feeds
+
+
+@needs_qemu
+def test_add_all_pairs_exact():
+    model, feeds = _all_pairs_adds()
     c = compile_model(model, board=BOARD)
     assert c.header.count("__qadd_mve_s8_") >= len(ADD_PARAMS) + 1   # every node takes it
     _check_qemu(c, feeds)
@@ -164,11 +150,7 @@ def test_add_float_mode_declines():
 
 
 def test_add_host_fallback_exact():
-    a, b = _all_pairs()
-    model = _add_model(ADD_PARAMS, [((1, 256, 256), (1, 256, 256))] * len(ADD_PARAMS))
-    feeds = {}
-    for i in range(len(ADD_PARAMS)):
-        feeds[f"x{i}"], feeds[f"y{i}"] = a, b
+    model, feeds = _all_pairs_adds()
     c = compile_model(model, board=BOARD)
     assert "__qadd_mve_s8_" in c.header
     _check_host(c, feeds)

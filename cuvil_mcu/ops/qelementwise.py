@@ -494,12 +494,21 @@ def _lut_fn(node):
     return name, (lambda x: f(x, attrs))
 
 
-def lut_table(node, ins) -> tuple[str, np.ndarray]:
+def unary_qparams(node, ins, x: str = "X", y: str = "Y") -> tuple[str, np.float32, int, np.float32, int]:
+    """(dtype, x scale, x zero point, y scale, y zero point) of a quantized
+    one-input op laid out X, x_scale, x_zero_point, y_scale[, y_zero_point]
+    (LUT ops, average pooling, Softmax); x and y name them in errors."""
     if len(ins) < 4:
-        raise shape_error(node, f"has {len(ins)} inputs; expected X, X_scale, X_zero_point, Y_scale[, Y_zero_point]")
+        raise shape_error(node, f"has {len(ins)} inputs; expected X, {x}_scale, {x}_zero_point, {y}_scale"
+                                f"[, {y}_zero_point]")
     dt = int8_input(node, ins[0], "X")
-    xs, xz = qpair(node, ins, 1, 2, "X", dt)
-    ys, yz = qpair(node, ins, 3, 4, "Y", dt)
+    xs, xz = qpair(node, ins, 1, 2, x, dt)
+    ys, yz = qpair(node, ins, 3, 4, y, dt)
+    return dt, xs, xz, ys, yz
+
+
+def lut_table(node, ins) -> tuple[str, np.ndarray]:
+    dt, xs, xz, ys, yz = unary_qparams(node, ins)
     name, fn = _lut_fn(node)
     lo, hi = out_range(node, ys, yz, dt)
     return name, build_lut(fn, xs, xz, ys, yz, dt, lo, hi)

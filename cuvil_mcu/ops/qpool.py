@@ -53,7 +53,7 @@ import numpy as np
 from .. import isa, quant
 from .base import Op, register, shape_error, unsupported
 from .pool import geometry
-from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, qpair, requant_mode
+from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, requant_mode, unary_qparams
 
 # Order of the integers of the pooling kernels' `g` array.
 QPOOL_FIELDS = ("nb", "c", "oh", "ow", "sxb", "sxc", "sxh", "sxw", "syb", "syc", "syh", "syw",
@@ -205,12 +205,7 @@ class QMaxPool(Op):
 # --------------------------------------------------------------------------- average
 
 def _avg_params(node, ins):
-    if len(ins) < 4:
-        raise shape_error(node, f"has {len(ins)} inputs; expected X, x_scale, x_zero_point, y_scale[, y_zero_point]")
-    dt = int8_input(node, ins[0], "X")
-    xs, xz = qpair(node, ins, 1, 2, "x", dt)
-    ys, yz = qpair(node, ins, 3, 4, "y", dt)
-    return dt, xs, xz, ys, yz
+    return unary_qparams(node, ins, "x", "y")
 
 
 def _tflm_div(acc: np.ndarray, c) -> np.ndarray:

@@ -46,7 +46,7 @@ import numpy as np
 from .. import quant
 from . import softmax
 from .base import Op, register, shape_error, unsupported
-from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, qpair, requant_mode, wrap32
+from .qelementwise import CODES, CTYPES, F32, out_range, requant_mode, unary_qparams, wrap32
 
 INT32_MAX = 2 ** 31 - 1
 INT32_MIN = -(2 ** 31)
@@ -181,12 +181,7 @@ def softmax_float(x: np.ndarray, table, yscale, yzp) -> np.ndarray:
 
 
 def _params(node, ins):
-    if len(ins) < 4:
-        raise shape_error(node, f"has {len(ins)} inputs; expected X, X_scale, x_zero_point, y_scale[, y_zero_point]")
-    dt = int8_input(node, ins[0], "X")
-    xs, xz = qpair(node, ins, 1, 2, "X", dt)
-    ys, yz = qpair(node, ins, 3, 4, "y", dt)
-    return dt, xs, xz, ys, yz
+    return unary_qparams(node, ins, "X", "y")
 
 
 def _out_rule(dt, ys, yz):
