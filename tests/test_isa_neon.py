@@ -105,10 +105,7 @@ def test_shared_model(board, name):
         _REF[name] = np.stack([reference.run(g, {g.inputs[0]: xi})[g.outputs[0]] for xi in inp])
     assert np.array_equal(out, _REF[name]), f"{board} {name}: C vs reference"
     tflm = s["expected_tflm"]
-    if name == "micro_speech":   # the .onnx lost a bias in conversion (test_shared_models.KNOWN_TFLM_DEVIATION)
-        assert np.array_equal(out.reshape(s["expected_ort"].shape), s["expected_ort"])
-    else:
-        assert np.array_equal(out.reshape(tflm.shape), tflm), f"{board} {name}: not bit-exact with TFLM"
+    assert np.array_equal(out.reshape(tflm.shape), tflm), f"{board} {name}: not bit-exact with TFLM"
 
 
 # --------------------------------------------------------------------------- kernel sweeps

@@ -157,15 +157,21 @@ def test_whole_model_against_onnxruntime(tmp_path, requant):
     lsb = np.abs(ours.astype(np.float64) - theirs.astype(np.float64)) / out_scale
     within = float((lsb <= 1.0 + 1e-3).mean())
     agree = float((ours.reshape(n, -1).argmax(1) == theirs.reshape(n, -1).argmax(1)).mean())
+    # A decision is ours to match only where our top score is unique: with two
+    # equal int8 maxima argmax picks the first, and onnxruntime's pick may be
+    # the other tied class (seen: sample 123 here).
+    flat, theirs_top = ours.reshape(n, -1), theirs.reshape(n, -1).argmax(1)
+    tops = flat == flat.max(1, keepdims=True)
+    decided = float(tops[np.arange(n), theirs_top].mean())
     print(f"\n{requant}: {within:.2%} of outputs within 1 LSB of onnxruntime (max {lsb.max():.0f} LSB), "
-          f"argmax agrees on {agree:.1%}")
+          f"argmax agrees on {agree:.1%}, onnxruntime's class is among our top scores on {decided:.1%}")
     if requant == "float":
         # onnxruntime itself runs this model's Conv/Add/Pool/Mul/Concat in
         # float between DQ and Q (only Sigmoid, global pool, Gemm and Softmax
         # are fused), so even the float mode is held to the bar, not
-        # to bit-exactness: >= 99% within 1 LSB, equal decisions.
+        # to bit-exactness: >= 99% within 1 LSB, equal decisions (up to ties).
         assert within >= 0.99
-        assert agree == 1.0
+        assert decided == 1.0 and agree >= 0.99
     else:
         # fixed mode follows TFLM's arithmetic, which onnxruntime does not
         # share: held to 1 LSB per layer (test_layer_fixed_requant_within_one_lsb)

@@ -16,18 +16,7 @@ def _run(name, **kw):
     return sm.run_generated_c(name, **kw)
 
 
-# micro_speech: the .tflite's FULLY_CONNECTED has a bias (MatMul_bias =
-# [427, -518, -94, 186]) that tf2onnx dropped from model_int8.onnx, so two
-# logits of two samples differ by 1 LSB from TFLM's and the softmax turns
-# that into up to 6 LSB. Our output equals onnxruntime's on the .onnx bit for
-# bit (test_micro_speech_matches_onnxruntime); the model file, not the
-# arithmetic, is what differs.
-KNOWN_TFLM_DEVIATION = {"micro_speech"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="model_int8.onnx lost the FC bias in conversion, see KNOWN_TFLM_DEVIATION")) if n in KNOWN_TFLM_DEVIATION
-    else n for n in sm.NAMES])
+@pytest.mark.parametrize("name", sm.NAMES)
 def test_matches_tflm(name):
     c, inp, out, s = _run(name, requant="fixed")
     g = c.graph

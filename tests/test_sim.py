@@ -91,8 +91,7 @@ def test_shared_model_on_qemu(name, board):
     # arithmetic the C must reproduce does not depend on the board)
     ref = host_reference(name).reshape(out.shape)
     assert np.array_equal(out, ref), f"{name} on {board}: {int((out != ref).sum())} elements differ from the reference"
-    if name not in {"micro_speech"}:  # tf2onnx dropped micro_speech's FC bias (test_shared_models.py)
-        assert np.array_equal(out.reshape(s["expected_tflm"].shape), s["expected_tflm"])
+    assert np.array_equal(out.reshape(s["expected_tflm"].shape), s["expected_tflm"])
     assert len(r.ticks) == 8 and min(r.ticks) > 0
     assert "warning:" not in r.warnings, f"{name} on {board}: the firmware build warned:\n{r.warnings}"
     print(f"\n{name} on {board}: {r.instructions:,} instructions/inference, {r.per_mac:.3f}/MAC, "
