@@ -43,6 +43,7 @@ class Board:
     vendor: str = ""
     requant: str = "fixed"   # default requantization of int8 ops on this board
     emit: list[str] = field(default_factory=list)  # gen's default --emit targets
+    flash_wait_states: int = 0   # cycle model: extra cycles per data word loaded from flash (sim/cycles.py)
 
     def has(self, feature: str) -> bool:
         return bool(self.isa.get(feature, False))
@@ -50,7 +51,7 @@ class Board:
 
 _FIELDS = {"id", "name", "core", "isa", "cflags", "ram", "flash", "clock_hz", "stack_reserve",
            "flash_base", "ram_base", "linker_ram", "sim",
-           "renode", "zephyr_board", "platformio_board", "vendor", "requant", "emit"}
+           "renode", "zephyr_board", "platformio_board", "vendor", "requant", "emit", "flash_wait_states"}
 
 
 def _load(path: Path) -> Board:
