@@ -257,12 +257,14 @@ def decode(pc: int, size: int, mnemonic: str, operands: str) -> Insn:
 _OBJ_LINE = re.compile(r"^\s*([0-9a-f]+):\t([0-9a-f ]+?)\s*\t(\S+)(?:\t(.*))?$")
 
 
-def disassemble(elf: Path) -> dict[int, Insn]:
-    """Every instruction of the ELF's code sections, by address."""
+def disassemble(elf: Path, arch: str | None = None) -> dict[int, Insn]:
+    """Every instruction of the ELF's code sections, by address. arch: an
+    objdump -m architecture (armv8.1-m.main for Helium code, which the
+    default decoding reads as coprocessor instructions)."""
     objdump = shutil.which(OBJDUMP)
     if objdump is None:
         raise ToolError(f"{OBJDUMP} not found on PATH (Debian/Ubuntu: apt-get install binutils-arm-none-eabi)")
-    r = subprocess.run([objdump, "-d", str(elf)], capture_output=True, text=True)
+    r = subprocess.run([objdump, "-d", *([f"-m{arch}"] if arch else []), str(elf)], capture_output=True, text=True)
     if r.returncode != 0:
         raise ToolError(f"{OBJDUMP} failed on {elf}: {r.stderr.strip()[-500:]}")
     out: dict[int, Insn] = {}
@@ -290,6 +292,8 @@ def symbols(elf: Path) -> dict[str, tuple[int, int]]:
         p = line.split()
         if len(p) == 4 and p[2] in "tTwW":
             out[p[3]] = (int(p[0], 16) & ~1, int(p[1], 16))
+        elif len(p) == 3 and p[1] in "tTwW":      # assembly labels carry no size
+            out.setdefault(p[2], (int(p[0], 16) & ~1, 0))
     return out
 
 
@@ -361,10 +365,8 @@ def parse_log(lines, want_regs: bool = False) -> tuple[list[list[int]], list[int
         if c == "c" and line.startswith("cpu_io_recompile: rewound execution of TB to "):
             # an I/O access mid-block under -icount: the block ran up to (not including) that address,
             # and QEMU re-executes from there as a new block
-            addr = int(line.rsplit(" ", 1)[1], 16)
             if execs:
-                pcs = blocks[execs[-1]]
-                partial[len(execs) - 1] = pcs.index(addr) if addr in pcs else len(pcs)
+                partial[len(execs) - 1] = int(line.rsplit(" ", 1)[1], 16)   # an address: resolved in trace()
             continue
         if c == "S" and line.startswith("Stopped execution of TB chain before "):
             # the block was entered but exited before its first instruction (icount budget): not executed
@@ -393,7 +395,26 @@ def trace(board, elf: Path, timeout: float = 600.0, want_regs: bool = False) -> 
                                 f"{r.stderr.decode(errors='replace').strip()[-500:]}")
         with open(log, errors="replace") as f:
             blocks, execs, partial, regs = parse_log(f, want_regs)
-    return Trace(blocks, execs, partial, regs, disassemble(elf), symbols(elf), out)
+    arch = "armv8.1-m.main" if any(f.startswith("-mcpu=cortex-m55") for f in b.cflags) else None
+    insns = disassemble(elf, arch)
+    blocks = [_rebuild(pcs, insns) for pcs in blocks]
+    partial = {i: (blocks[execs[i]].index(a) if a in blocks[execs[i]] else len(blocks[execs[i]]))
+               for i, a in partial.items()}
+    return Trace(blocks, execs, partial, regs, insns, symbols(elf), out)
+
+
+def _rebuild(listed: list[int], insns: dict[int, Insn]) -> list[int]:
+    """A block's instruction addresses from its first to its last listed
+    address, stepping by objdump's sizes: QEMU's in_asm disassembler does not
+    know Helium and lists a 32-bit MVE instruction as two halfwords."""
+    if not listed:
+        return listed
+    out, p, last = [], listed[0], listed[-1]
+    while p <= last:
+        out.append(p)
+        ins = insns.get(p)
+        p += ins.size if ins is not None else 2
+    return out
 
 
 # ---------------------------------------------------------------- timing models
