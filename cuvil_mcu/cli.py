@@ -190,6 +190,11 @@ def _run_firmware(args, c, inputs, stacked) -> int:
         _save_outputs(Path(args.output), c.graph.outputs, outs)
     for line in qemu.report(c, r, cmp):
         print(line)
+    from .sim import cycles  # issue 16: the cycle estimate of the core's timing model
+    if cmp.ok and cycles.has_model(c.board) and getattr(args, "cycles", True):
+        from .sim import profile
+        print(profile.run(c, inputs, c.board, wait_states=getattr(args, "wait_states", None),
+                          timeout=args.timeout * 5).line())
     if args.output:
         print(f"wrote    {args.output}")
     return 0 if cmp.ok else 1
@@ -204,6 +209,32 @@ def cmd_sim(args) -> int:
     c = _compile(args)
     inputs, stacked = load_inputs(args.input, c)
     return _run_firmware(args, c, inputs, stacked)
+
+
+def cmd_report(args) -> int:
+    """issue 16: one self-contained HTML page (+ a PNG with matplotlib) about the compiled model."""
+    from .sim import cycles, profile, qemu
+    from .tools import report
+    c = _compile(args)
+    sim = prof = None
+    if c.board.sim.get("qemu_machine") and args.simulate:
+        inputs = load_inputs(args.input, c)[0] if args.input else None
+        xs = [x[:1] for x in inputs] if inputs is not None else profile.zero_input(c)
+        sim = qemu.simulate(c, xs, c.board, timeout=args.timeout)
+        if cycles.has_model(c.board):
+            prof = profile.run(c, xs, c.board, wait_states=args.wait_states, timeout=args.timeout * 5)
+    elif cycles.has_model(c.board):
+        prof = profile.cached(c, wait_states=args.wait_states)
+    out = Path(args.output)
+    files: dict[Path, str | bytes] = {out: report.build(c, prof, sim, title=f"{Path(args.model).name} on {c.board.id}")}
+    picture = report.png(c, prof)
+    if picture is not None:
+        files[out.with_suffix(".png")] = picture
+    _write_atomic(files)
+    print(f"report   {out}" + (f" (+ {out.with_suffix('.png')})" if picture is not None else ""))
+    if prof is not None:
+        print(prof.line())
+    return 0
 
 
 def cmd_boards(args) -> int:
@@ -288,7 +319,21 @@ def parser() -> argparse.ArgumentParser:
                    help="qemu (default; boards with a [sim] table) or renode (boards with a [renode] table; "
                         "needs renode-test on PATH)")
     s.add_argument("--timeout", type=float, default=120.0, help="simulator time limit in seconds (default 120)")
+    s.add_argument("--wait-states", type=int, metavar="N",
+                   help="cycle model: flash wait states on constant loads (default: the board's, 0)")
+    s.add_argument("--no-cycles", dest="cycles", action="store_false",
+                   help="skip the cycle estimate (a second, traced QEMU run)")
     s.set_defaults(fn=cmd_sim)
+    rp = sub.add_parser("report", help="one self-contained HTML page: per-layer kernels, shapes, MACs, memory "
+                                       "plan, budget and (QEMU boards) instructions and estimated cycles per layer")
+    _common(rp)
+    rp.add_argument("-o", "--output", default="report.html", help="the HTML file (default report.html)")
+    rp.add_argument("--input", "-i", help="sample for the profiling run (.npy/.npz; default: the inputs' zero points)")
+    rp.add_argument("--wait-states", type=int, metavar="N",
+                    help="cycle model: flash wait states on constant loads (default: the board's, 0)")
+    rp.add_argument("--no-sim", dest="simulate", action="store_false", help="no QEMU runs (no instructions/cycles)")
+    rp.add_argument("--timeout", type=float, default=120.0, help="simulator time limit in seconds (default 120)")
+    rp.set_defaults(fn=cmd_report)
     b = sub.add_parser("boards", help="list the boards")
     b.set_defaults(fn=cmd_boards)
     o = sub.add_parser("ops", help="list the supported ONNX ops by family")
