@@ -237,6 +237,28 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    """issue 16: the generated C over a dataset, metrics against a reference model."""
+    from .tools import validate
+    c = _compile(args)
+    r = validate.run(c, args.data, labels=args.labels, reference=args.reference, per_layer=args.per_layer,
+                     model_path=args.model)
+    lines = r.lines()
+    if args.output:
+        import json
+        _write_atomic({Path(args.output): json.dumps({
+            "target": r.target, "samples": r.samples, "seconds": r.seconds, "reference": r.reference,
+            "outputs": [{"name": o.name, "accuracy": o.accuracy, "reference_accuracy": o.reference_accuracy,
+                         "top1_agreement": o.agreement, **o.metrics} for o in r.outputs],
+            "layers": [{"node": x.index, "op": x.op, "tensor": x.tensor, "reference_tensor": x.matched, **x.metrics}
+                       for x in r.layers]}, indent=1) + "\n"})
+    for line in lines:
+        print(line)
+    if args.output:
+        print(f"wrote    {args.output}")
+    return 0
+
+
 def cmd_boards(args) -> int:
     from . import boards
     rows = []
@@ -334,6 +356,17 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--no-sim", dest="simulate", action="store_false", help="no QEMU runs (no instructions/cycles)")
     rp.add_argument("--timeout", type=float, default=120.0, help="simulator time limit in seconds (default 120)")
     rp.set_defaults(fn=cmd_report)
+    v = sub.add_parser("validate", help="run the generated C over a dataset: accuracy, top-1 agreement, RMSE, "
+                                        "MAE, max/L2-relative error, cosine vs a reference model")
+    _common(v)
+    v.add_argument("--data", required=True, help=".npz keyed by input name, first axis = samples")
+    v.add_argument("--labels", help=".npy of class indices (or one-hot), one per sample")
+    v.add_argument("--reference", help="reference .onnx (e.g. the float model); default: the model itself, "
+                                       "run by onnxruntime")
+    v.add_argument("--per-layer", action="store_true",
+                   help="also compare every quantized tensor with the reference's (first 32 samples)")
+    v.add_argument("-o", "--output", help="write the metrics as JSON")
+    v.set_defaults(fn=cmd_validate)
     b = sub.add_parser("boards", help="list the boards")
     b.set_defaults(fn=cmd_boards)
     o = sub.add_parser("ops", help="list the supported ONNX ops by family")

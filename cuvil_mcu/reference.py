@@ -8,8 +8,9 @@ from . import ops
 from .ir import Graph
 
 
-def run(g: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One inference: feeds by input name (exact shape and dtype)."""
+def run(g: Graph, feeds: dict[str, np.ndarray], all_tensors: bool = False) -> dict[str, np.ndarray]:
+    """One inference: feeds by input name (exact shape and dtype). all_tensors:
+    return every tensor's value (validate's per-layer comparison), not only the outputs."""
     values: dict[str, np.ndarray] = {}
     for name, t in g.tensors.items():
         if t.is_const:
@@ -30,4 +31,4 @@ def run(g: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             if name:
                 t = g.tensors[name]
                 values[name] = np.asarray(v).astype(t.dtype, copy=False).reshape(t.shape)
-    return {o: values[o] for o in g.outputs}
+    return values if all_tensors else {o: values[o] for o in g.outputs}
