@@ -82,6 +82,9 @@ def cmd_gen(args) -> int:
     _write_atomic(files)
     print(f"{args.model} -> {out / (c.prefix + '.h')}  (board {c.board.id})")
     print(c.summary())
+    from .sim import profile  # issue 16: latency at the board's clock, RAM as arena + stack
+    for line in profile.latency_lines(c, run_sim=args.latency):
+        print(line)
     if c.calibration is not None:
         from .ptq import summary_line
         print(summary_line(c.calibration))
@@ -319,6 +322,8 @@ def parser() -> argparse.ArgumentParser:
     _common(g)
     g.add_argument("-o", "--output", default="out", help="output folder (default out/)")
     g.add_argument("--plan-out", help="write the memory plan (offsets, lifetimes) as JSON")
+    g.add_argument("--latency", action="store_true",
+                   help="profile the model on the core's QEMU twin when no profile is cached (estimated cycles)")
     g.add_argument("--emit", metavar="TARGETS",
                    help="also write packages for these ecosystems, comma-separated "
                         "(see cuvil_mcu/integrations: e.g. micropython,zephyr,rust,platformio)")

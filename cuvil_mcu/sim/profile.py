@@ -144,6 +144,40 @@ def cached(compiled, board=None, wait_states: int | None = None) -> Profile | No
         return None
 
 
+def twin(board):
+    """A QEMU board with the same core and compiler flags (its profile is this board's), or None."""
+    from .. import boards
+    if board.sim.get("qemu_machine"):
+        return board
+    return next((b for b in boards.all_boards().values() if b.sim.get("qemu_machine") and b.core == board.core
+                 and list(b.cflags) == list(board.cflags)), None)
+
+
+def latency_lines(compiled, run_sim: bool = False) -> list[str]:
+    """gen's lines: the latency at the board's clock from a cached profile
+    (or a quick profiling run on the core's QEMU twin with run_sim), and RAM
+    as arena + stack (measured by that run, else the board's reserve)."""
+    b = compiled.board
+    p = cached(compiled) if cycles.has_model(b) else None
+    tw = twin(b) if cycles.has_model(b) else None
+    if p is None and run_sim and tw is not None:
+        p = run(compiled, None, tw, wait_states=b.flash_wait_states)
+    lines = []
+    if p is not None and b.clock_hz:
+        lines.append(f"latency  ~{p.cycles / b.clock_hz * 1e3:.3f} ms at {b.clock_hz / 1e6:g} MHz ({p.cycles:,} cycles, "
+                     f"{p.per_mac or 0:.3f}/MAC, {p.model}, {p.wait_states} wait states; profiled on {p.board})")
+    elif cycles.has_model(b) and tw is not None:
+        lines.append(f"latency  not profiled yet: `cuvil-mcu gen --latency` (or sim/report on {tw.id}) measures it")
+    arena = compiled.plan.arena_size
+    if p is not None and p.stack is not None:
+        lines.append(f"RAM+stk  {arena + p.stack:,} B = arena {arena:,} + stack {p.stack:,} (measured high-water mark "
+                     f"on {p.board})")
+    elif b.stack_reserve:
+        lines.append(f"RAM+stk  {arena + b.stack_reserve:,} B = arena {arena:,} + stack {b.stack_reserve:,} (the board's "
+                     f"stack reserve; not measured)")
+    return lines
+
+
 def _node_macs(g, n) -> int:
     ins = [g.tensors[t] if t else None for t in n.inputs]
     outs = [g.tensors[t] for t in n.outputs if t]
