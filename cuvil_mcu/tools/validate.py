@@ -39,9 +39,11 @@ HOST_CFLAGS = ["-O3", "-march=native", "-std=c99"]
 FIRMWARE_CHUNK_BYTES = 512 * 1024
 
 
-def load_dataset(path: str, compiled) -> tuple[list[np.ndarray], list[str]]:
+def load_dataset(path: str, compiled, originals: list | None = None) -> tuple[list[np.ndarray], list[str]]:
     """Per model input (samples, *shape) in the input's dtype; float data
-    for a quantized input is quantized with the input's scale/zero point."""
+    for a quantized input is quantized with the input's scale/zero point
+    (the float arrays are appended to `originals`: the reference model gets
+    the data as given, not its quantized image)."""
     g = compiled.graph
     try:
         data = np.load(path, allow_pickle=False)
@@ -80,6 +82,8 @@ def load_dataset(path: str, compiled) -> tuple[list[np.ndarray], list[str]]:
                 info = np.iinfo(t.dtype)
                 scale = float(np.asarray(q.scale).reshape(-1)[0])
                 zp = int(np.asarray(q.zero_point).reshape(-1)[0])
+                if originals is not None:
+                    originals.append((name, x.astype(np.float32)))
                 x = np.clip(np.rint(x / scale) + zp, info.min, info.max).astype(t.dtype)
                 notes.append(f"input '{name}': float data quantized with scale {scale:g}, zero point {zp}")
             elif x.dtype == np.float64 and t.dtype == "float32":
@@ -264,7 +268,7 @@ def _ort_session(model, extra_outputs: bool = False):
     return sess, m, names
 
 
-def _reference_feeds(sess, compiled, xs: list[np.ndarray], n: int):
+def _reference_feeds(sess, compiled, xs: list[np.ndarray], n: int, floats: dict | None = None):
     """One feed per sample for the reference model: its inputs by name
     (positionally when names differ), dequantized when it takes float, with
     a batch axis of 1 when its input has one more dimension than a sample."""
@@ -277,7 +281,9 @@ def _reference_feeds(sess, compiled, xs: list[np.ndarray], n: int):
         j = g.inputs.index(inp.name) if inp.name in g.inputs else k
         t = g.tensors[g.inputs[j]]
         x = xs[j][:n]
-        if "float" in inp.type and x.dtype.kind != "f":
+        if "float" in inp.type and floats and g.inputs[j] in floats:
+            x = floats[g.inputs[j]][:n]
+        elif "float" in inp.type and x.dtype.kind != "f":
             x = dequantize(x, t).astype(np.float32)
         elif "int8" in inp.type and x.dtype.kind == "f":
             raise InputError(f"reference model input '{inp.name}' is {inp.type}, the data is float")
@@ -292,12 +298,13 @@ def _reference_feeds(sess, compiled, xs: list[np.ndarray], n: int):
         yield {name: a[s] for name, a in cols}
 
 
-def _run_reference(model, compiled, xs: list[np.ndarray], extra: bool = False, limit: int | None = None):
+def _run_reference(model, compiled, xs: list[np.ndarray], extra: bool = False, limit: int | None = None,
+                   floats: dict | None = None):
     """Reference values per output name, stacked over samples: (n, *one run's shape)."""
     sess, proto, names = _ort_session(model, extra)
     n = xs[0].shape[0] if limit is None else min(limit, xs[0].shape[0])
     results: dict[str, list[np.ndarray]] = {k: [] for k in names}
-    for feed in _reference_feeds(sess, compiled, xs, n):
+    for feed in _reference_feeds(sess, compiled, xs, n, floats):
         for k, v in zip(names, sess.run(names, feed)):
             results[k].append(np.asarray(v))
     return {k: np.stack(v) for k, v in results.items()}, proto, names
@@ -348,7 +355,9 @@ def _run_c(compiled, xs: list[np.ndarray]) -> list[np.ndarray]:
 def run(compiled, data: str, labels: str | None = None, reference=None, per_layer: bool = False,
         model_path: str | None = None) -> Result:
     g = compiled.graph
-    xs, notes = load_dataset(data, compiled)
+    originals: list = []
+    xs, notes = load_dataset(data, compiled, originals)
+    floats = dict(originals)
     n = xs[0].shape[0]
     y = load_labels(labels, n) if labels else None
     ref = reference or model_path
@@ -360,7 +369,7 @@ def run(compiled, data: str, labels: str | None = None, reference=None, per_laye
     outs = _run_c(compiled, xs)
     secs = time.monotonic() - t0
     try:
-        ref_out, proto, names = _run_reference(ref, compiled, xs)
+        ref_out, proto, names = _run_reference(ref, compiled, xs, floats=floats)
     except InputError:
         raise
     except Exception as e:
@@ -389,15 +398,15 @@ def run(compiled, data: str, labels: str | None = None, reference=None, per_laye
     res = Result(compiled.board.id if compiled.board.id != "host" else f"host ({' '.join(HOST_CFLAGS)})", n, secs,
                  f"{Path(str(ref)).name} (onnxruntime)", results, notes=notes)
     if per_layer:
-        res.layers = _per_layer(compiled, xs, ref, proto)
+        res.layers = _per_layer(compiled, xs, ref, floats)
     return res
 
 
-def _per_layer(compiled, xs, ref, proto) -> list[LayerResult]:
+def _per_layer(compiled, xs, ref, floats) -> list[LayerResult]:
     from .. import ops, reference
     g = compiled.graph
     k = min(xs[0].shape[0], PER_LAYER_SAMPLES)
-    ref_vals, proto, names = _run_reference(ref, compiled, xs, extra=True, limit=k)
+    ref_vals, proto, names = _run_reference(ref, compiled, xs, extra=True, limit=k, floats=floats)
     node_out = {n.name: n.output[0] for n in proto.graph.node if n.output}
     vals = [reference.run(g, {nm: x[s] for nm, x in zip(g.inputs, xs)}, all_tensors=True) for s in range(k)]
     out = []
