@@ -145,6 +145,28 @@ def test_instruction_counts_of_segments(tmp_path):
     assert [s.instructions for s in est.segments] == [9, 12]
 
 
+WAIT_BENCHES = [
+    # LDR literal 2 (flash), LDR [r1] 2 (address = the loaded value: not pipelined; r1 points into flash),
+    # LDR [r0] 1 (pipelined; RAM)
+    ("flash loads", "ldr r1, =bench_const\nldr r2, [r1]\nldr r3, [r0]\n", 5 + BL),
+]
+
+
+def test_flash_wait_states_on_constant_loads(tmp_path):
+    """With N wait states, each word loaded from flash costs N more: here two of the three loads."""
+    need_tool("arm-none-eabi-gcc")
+    need_tool("qemu-system-arm")
+    b = boards.get("qemu-mps2-an386")
+    src = bench_source(WAIT_BENCHES).replace(".bss\n", ".section .rodata\n.p2align 2\nbench_const:\n    .word 7\n.bss\n")
+    elf = build_bench(tmp_path, b.id, src)
+    tr = cycles.trace(b, elf, want_regs=True)
+    mm = firmware.memory_map(b, True)
+    kw = dict(marker="bench_mark", flash=(mm.flash_base, mm.flash_len), elf_words=cycles.read_words(elf))
+    base = cycles.estimate(tr, cycles.M4Timing(), 0, **kw).segments[0].cycles
+    slow = cycles.estimate(tr, cycles.M4Timing(), 3, **kw).segments[0].cycles
+    assert (base, slow) == (5 + BL, 5 + BL + 2 * 3)
+
+
 # Helium on the M55 model: the documented dual-beat rules, counted by hand
 M55_BENCHES = [
     ("empty", "", BL),

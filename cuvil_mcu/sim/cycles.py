@@ -151,6 +151,7 @@ def _reglist_words(text: str) -> int:
 
 def decode(pc: int, size: int, mnemonic: str, operands: str) -> Insn:
     op, cond, suffix = _split_mnemonic(mnemonic)
+    literal = re.search(r"@ \(([0-9a-f]+) <", operands)     # objdump names a literal load's address
     ops = operands.split("@")[0].strip()   # drop objdump's "@ 0x40" / "@ (addr <sym>)" comments
     text = f"{mnemonic} {ops}".strip()
     regs = _regs(ops)
@@ -169,6 +170,8 @@ def decode(pc: int, size: int, mnemonic: str, operands: str) -> Insn:
         kind = "pcload" if "pc" in regs[:1] else "ld"
         kw["dst"] = frozenset(dst)
         kw["loaded"] = frozenset(regs[:1])
+        if kw.get("pc_relative") and literal:
+            kw["target"] = int(literal.group(1), 16)
     elif op in STORES:
         kind = "st"
         if kw.get("writeback"):
@@ -703,7 +706,7 @@ def flash_loads(tr: Trace, flash: tuple[int, int], elf_words) -> dict[int, int]:
                         n += max(words, 1)
                     for d in ins.dst:
                         if ins.pc_relative and d != base:
-                            lit = elf_words((ins.pc + 4) & ~3) if elf_words else None
+                            lit = elf_words(ins.target) if elf_words and ins.target is not None else None
                             tag[d] = lit is not None and _region(lit, flash)
                         elif d not in ins.addr or not ins.writeback:
                             tag[d] = False
