@@ -510,6 +510,24 @@ class M4Timing:
         return 0                           # loads into PC carry their refill in insn()
 
 
+class M3Timing(M4Timing):
+    """Cortex-M3 r2p1 TRM (Arm DDI 0337) table 3-1: the M4's rules except the
+    multiplier: MLA/MLS 2, SMULL/UMULL 3..5 and SMLAL/UMLAL 4..7 (early
+    termination on the operands: the middle, 4 and 6)."""
+    name = "Cortex-M3 TRM timing"
+    core = "cortex-m3"
+
+    def insn(self, ins: Insn, prev: Insn | None) -> int:
+        if ins.kind == "mul":
+            if ins.op in ("mla", "mls"):
+                return 2
+            if ins.op in ("smull", "umull"):
+                return 4
+            if ins.op in ("smlal", "umlal"):
+                return 6
+        return super().insn(ins, prev)
+
+
 class M33Timing(M4Timing):
     """Cortex-M33: Arm's TRM (DDI 0553) publishes no per-instruction cycle
     table; the M33 runs the same Armv8-M Mainline + DSP instructions on a
@@ -660,7 +678,7 @@ class M55Timing(M4Timing):
         return super().branch(last, next_pc, insns, state)
 
 
-MODELS = {"cortex-m4": M4Timing, "cortex-m33": M33Timing, "cortex-m7": M7Timing, "cortex-m55": M55Timing}
+MODELS = {"cortex-m3": M3Timing, "cortex-m4": M4Timing, "cortex-m33": M33Timing, "cortex-m7": M7Timing, "cortex-m55": M55Timing}
 
 
 def model_for(board):
