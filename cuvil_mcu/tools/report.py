@@ -124,7 +124,7 @@ def timeline(compiled) -> tuple[str, dict]:
     g, plan = compiled.graph, compiled.plan
     arena = max(plan.arena_size, 1)
     steps = len(g.nodes) + 2     # -1 (inputs) .. n (outputs)
-    W, H, L, T = 900, 380, 70, 20
+    W, H, L, T = 900, 390, 70, 30
     sx = (W - L - 20) / steps
     sy = (H - T - 40) / arena
     prods = g.producers()
@@ -168,8 +168,8 @@ def timeline(compiled) -> tuple[str, dict]:
     px = L + (peak_step + 0.5) * sx
     svg.append(f'<line x1="{px:.1f}" y1="{T}" x2="{px:.1f}" y2="{H - 40}" stroke="#d62728" stroke-width="2" '
                f'stroke-dasharray="5,3"/>')
-    svg.append(f'<text x="{min(px + 4, W - 200):.1f}" y="{T + 14}" fill="#d62728" font-size="12">peak {peak:,} B '
-               f'live at step {peak_step - 1}</text>')
+    svg.append(f'<text x="{min(max(px - 60, L), W - 220):.1f}" y="{T - 8}" fill="#d62728" font-size="12">peak '
+               f'{peak:,} B live at step {peak_step - 1}</text>')
     for frac in (0, 0.5, 1):
         y = T + (1 - frac) * (H - T - 40)
         svg.append(f'<text x="{L - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{int(arena * frac):,}</text>')
@@ -323,8 +323,8 @@ def build(compiled, profile=None, sim=None, title: str | None = None) -> str:
                     budget_bar("RAM", [("arena", plan.arena_size, "#4c78a8"), ("stack", stack, "#f58518")], b.ram) +
                     budget_bar("flash", flash_parts, b.flash))
     notes = list(g.notes)
-    fused = [f"#{i} {n.op_type} '{n.name}' + {', '.join(n.fused)}" for i, n in enumerate(g.nodes) if n.fused]
-    mixed = [f"#{i} {n.op_type} '{n.name}' runs in float" for i, n in enumerate(g.nodes)
+    fused = [f"#{i} {n.op_type} '{_short(n.name)}' + {', '.join(n.fused)}" for i, n in enumerate(g.nodes) if n.fused]
+    mixed = [f"#{i} {n.op_type} '{_short(n.name)}' runs in float" for i, n in enumerate(g.nodes)
              if not ops.get(n.op_type).view and n.op_type not in ("QuantizeLinear", "DequantizeLinear")
              and any(g.tensors[o].dtype == "float32" for o in n.outputs if o)
              and any(g.tensors[o].dtype in ("int8", "uint8") for m in g.nodes for o in m.outputs if o)]
