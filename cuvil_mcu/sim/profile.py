@@ -139,9 +139,11 @@ def cached(compiled, board=None, wait_states: int | None = None) -> Profile | No
     if not p.exists():
         return None
     try:
-        return Profile.from_json(p.read_text())
+        prof = Profile.from_json(p.read_text())
     except (ValueError, TypeError, KeyError):
         return None
+    prof.clock_hz = b.clock_hz     # cycles belong to the core; the time to the board that asks
+    return prof
 
 
 def twin(board):
