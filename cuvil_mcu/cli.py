@@ -54,7 +54,8 @@ def _compile(args):
     return compile_model(args.model, board=args.board, name=args.name,
                          input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
                          requant=args.requant, quantize=args.quantize, calibration=args.calibration,
-                         calibrate=args.calibrate, percentile=args.percentile, io=args.io)
+                         calibrate=args.calibrate, percentile=args.percentile, io=args.io,
+                         weights=getattr(args, "weights", "inline"))
 
 
 def cmd_gen(args) -> int:
@@ -69,6 +70,8 @@ def cmd_gen(args) -> int:
     c = _compile(args)
     out = Path(args.output)
     files: dict[Path, str | bytes] = {out / f"{c.prefix}.h": c.header}
+    if c.weights_blob is not None:
+        files[out / f"{c.prefix}.weights.bin"] = c.weights_blob
     files.update(integrations.emit_all(emitters, c, out, args.name))
     from .sim import firmware
     files.update(firmware.project(c, out))  # Cortex-M boards: main.c, startup.c, linker.ld, Makefile, ...
@@ -269,6 +272,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--emit", metavar="TARGETS",
                    help="also write packages for these ecosystems, comma-separated "
                         "(see cuvil_mcu/integrations: e.g. micropython,zephyr,rust,platformio)")
+    g.add_argument("--weights", choices=("inline", "separate"), default="inline",
+                   help="inline: constants in the header (default); separate: <name>.weights.bin with "
+                        "magic, version, graph hash, sizes and CRC-32, bound at run time by "
+                        "<name>_bind_weights(blob, size) (update the weights without re-flashing the code)")
     g.set_defaults(fn=cmd_gen)
     r = sub.add_parser("run", help="compile the generated C and run it on inputs")
     _common(r)

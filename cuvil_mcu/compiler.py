@@ -29,6 +29,8 @@ class Compiled:
     budget_lines: list[str] = field(default_factory=list)
     # --quantize int8: tensor -> {min, max, scale, zero_point, method, ...} (ptq.py)
     calibration: dict | None = None
+    # --weights separate: <prefix>.weights.bin (codegen/blob.py); the header holds no constant data
+    weights_blob: bytes | None = None
 
     @property
     def in_specs(self):
@@ -45,7 +47,9 @@ class Compiled:
         lines = [
             f"ops      {len(g.nodes)} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
             f"MACs     {self.macs:,}",
-            f"flash    {self.weights_bytes:,} B of constants",
+            f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
+            f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
+            f"0 B of constants in the header",
             f"RAM      arena {p.arena_size:,} B (planner {p.algorithm}; lower bound {p.lower_bound:,} B)",
         ]
         for t in g.inputs:
@@ -95,8 +99,11 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   input_shapes: dict | None = None, algorithm: str = "auto",
                   verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
                   calibration: str | dict | None = None, calibrate: str = "minmax",
-                  percentile: float = 99.99, io: str = "model") -> Compiled:
+                  percentile: float = 99.99, io: str = "model", weights: str = "inline") -> Compiled:
     prefix = check_name(name)
+    if weights not in ("inline", "separate"):
+        raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
+                         f"(<name>.weights.bin, bound at run time)")
     b = boards.get(board)
     if isinstance(model, onnx.ModelProto):
         g = frontend.onnx_loader.from_model(model, input_shapes)
@@ -129,6 +136,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
-    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b)
-    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
-    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)
+    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b,
+                       weights=weights)
+    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob))
+    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
+                    weights_blob=r.blob)

@@ -169,12 +169,15 @@ class Rendered:
     text: str
     weights_bytes: int           # bytes of const arrays in the header
     kernels: list[str]           # function names of the kernels emitted
+    blob: bytes | None = None    # weights="separate": <name>.weights.bin (codegen/blob.py)
 
 
 def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
-           summary: dict | None = None, target=None) -> Rendered:
+           summary: dict | None = None, target=None, weights: str = "inline") -> Rendered:
     """The header. Deterministic: no time, path or command line in it.
-    target: the Board object, whose ISA picks kernel variants."""
+    target: the Board object, whose ISA picks kernel variants.
+    weights="separate": the constants go to a blob (codegen/blob.py) that
+    <p>_bind_weights binds at run time; the header keeps only the code."""
     k = Emitter(prefix, g, plan)
     k.target = target
     for i, n in enumerate(g.nodes):
@@ -209,9 +212,29 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "summary": summary or {},
         "plan": plan,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
+        "wblob": None,
     }
+    if weights == "separate":
+        return _render_separate(ctx, k)
     text = env().get_template("model.h.j2").render(**ctx)
     return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels))
+
+
+def _render_separate(ctx: dict, k: Emitter) -> Rendered:
+    """The header without constant data, and the blob. The graph hash is
+    taken over the header's text with a placeholder where the hash goes."""
+    from .. import __version__
+    from . import blob
+    consts = list(k.consts.values())
+    offsets, total = blob.layout(consts)
+    ctx["wblob"] = {"offsets": offsets, "total": total, "payload": total - blob.HEADER,
+                    "format": blob.FORMAT, "header": blob.HEADER, "align": blob.ALIGN,
+                    "crc_at": blob.CRC_AT, "crc_table": blob.crc_nibble_table(),
+                    "hash": blob.HASH_PLACEHOLDER}
+    text = re.sub(r"\n{3,}", "\n\n", env().get_template("model.h.j2").render(**ctx))
+    ghash = blob.graph_hash(text, __version__)
+    text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
+    return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash))
 
 
 def _comment_safe(s: str) -> str:
