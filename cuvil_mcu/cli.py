@@ -12,8 +12,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from . import __version__
 from .errors import CuvilError, InputError
 
@@ -59,6 +57,11 @@ def _compile(args):
 
 
 def cmd_gen(args) -> int:
+    from . import cache
+    key = None if args.no_cache else cache.gen_key(args, None)
+    hit = cache.lookup(key) if key else None
+    if hit is not None:  # before any heavy import: a hit costs a hash and the writes
+        return _replay_gen(args, *hit)
     from . import integrations
     from . import boards
     spec = args.emit if args.emit is not None else ",".join(boards.get(args.board).emit)
@@ -83,19 +86,42 @@ def cmd_gen(args) -> int:
             plan["calibration"] = c.calibration
             files[Path(args.plan_out)] = json.dumps(plan, indent=1) + "\n"
     _write_atomic(files)
-    print(f"{args.model} -> {out / (c.prefix + '.h')}  (board {c.board.id})")
-    print(c.summary())
+    summary = c.summary()
     if c.calibration is not None:
         from .ptq import summary_line
-        print(summary_line(c.calibration))
-    if args.plan_out:
-        print(f"plan     {args.plan_out}")
+        summary += "\n" + summary_line(c.calibration)
+    _print_gen(args, c.prefix, c.board.id, summary)
+    if key:
+        plan = Path(args.plan_out) if args.plan_out else None
+        entries = [("plan", "", v) if p == plan else ("out", p.relative_to(out).as_posix(), v)
+                   for p, v in files.items()
+                   if p == plan or p.is_relative_to(out)]
+        if len(entries) == len(files):
+            cache.store(key, [(r, rel, v.encode() if isinstance(v, str) else v) for r, rel, v in entries],
+                        f"{c.prefix}\n{c.board.id}\n{summary}")
     return 0
 
 
-def load_inputs(path: str, c) -> tuple[list[np.ndarray], bool]:
+def _print_gen(args, prefix: str, board: str, summary: str) -> None:
+    print(f"{args.model} -> {Path(args.output) / (prefix + '.h')}  (board {board})")
+    print(summary)
+    if args.plan_out:
+        print(f"plan     {args.plan_out}")
+
+
+def _replay_gen(args, files, stored: str) -> int:
+    """A cache hit (cache.py): the same files into this -o, the same summary."""
+    out = Path(args.output)
+    _write_atomic({(Path(args.plan_out) if role == "plan" else out / rel): data for role, rel, data in files})
+    prefix, board, summary = stored.split("\n", 2)
+    _print_gen(args, prefix, board, summary)
+    return 0
+
+
+def load_inputs(path: str, c) -> tuple[list, bool]:
     """Arrays of shape (samples, *input_shape) per model input, and whether
     the file had a samples axis (outputs are written the same way)."""
+    import numpy as np  # not at module level: a cached gen never needs numpy
     g = c.graph
     try:
         data = np.load(path, allow_pickle=False)
@@ -138,6 +164,7 @@ def load_inputs(path: str, c) -> tuple[list[np.ndarray], bool]:
 
 
 def cmd_run(args) -> int:
+    import numpy as np
     from .sim import host
     c = _compile(args)
     inputs, stacked = load_inputs(args.input, c)
@@ -172,8 +199,9 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _save_outputs(dest: Path, names: list[str], outs: list[np.ndarray]) -> None:
+def _save_outputs(dest: Path, names: list[str], outs: list) -> None:
     import io
+    import numpy as np
     buf = io.BytesIO()
     if dest.suffix == ".npz" or len(outs) > 1:
         np.savez(buf, **dict(zip(names, outs)))
@@ -276,6 +304,9 @@ def parser() -> argparse.ArgumentParser:
                    help="inline: constants in the header (default); separate: <name>.weights.bin with "
                         "magic, version, graph hash, sizes and CRC-32, bound at run time by "
                         "<name>_bind_weights(blob, size) (update the weights without re-flashing the code)")
+    g.add_argument("--no-cache", action="store_true",
+                   help="compile afresh: neither read nor write the compile cache (~/.cache/cuvil-mcu, or "
+                        "$CUVIL_CACHE_DIR; keyed on model bytes, options, board and compiler version)")
     g.set_defaults(fn=cmd_gen)
     r = sub.add_parser("run", help="compile the generated C and run it on inputs")
     _common(r)
