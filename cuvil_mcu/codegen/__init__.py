@@ -231,8 +231,10 @@ def _render_separate(ctx: dict, k: Emitter) -> Rendered:
                     "format": blob.FORMAT, "header": blob.HEADER, "align": blob.ALIGN,
                     "crc_at": blob.CRC_AT, "crc_table": blob.crc_nibble_table(),
                     "hash": blob.HASH_PLACEHOLDER}
-    text = re.sub(r"\n{3,}", "\n\n", env().get_template("model.h.j2").render(**ctx))
-    ghash = blob.graph_hash(text, __version__)
+    tpl = env().get_template("model.h.j2")
+    text = re.sub(r"\n{3,}", "\n\n", tpl.render(**ctx))
+    # The model file's name is a comment: the same code from a renamed file takes the same blobs.
+    ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
     text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
     return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash))
 

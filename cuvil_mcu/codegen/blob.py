@@ -9,7 +9,8 @@ loads see the alignment they see in the header's arrays):
     0  magic "CUVW"
     4  format version (FORMAT)
     8  graph hash, 16 bytes: SHA-256 of the compiler version and the header's
-       text with the constants left out (code, offsets, sizes, symbol types),
+       text with the constants left out (code, offsets, sizes, symbol types;
+       the model file name in the first comment excluded),
        so any change of code or layout refuses an old blob
    24  header bytes (HEADER = 64)
    28  payload bytes (blob size - HEADER)
