@@ -53,7 +53,18 @@ def _compile(args):
                          input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
                          requant=args.requant, quantize=args.quantize, calibration=args.calibration,
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
-                         weights=getattr(args, "weights", "inline"))
+                         weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args))
+
+
+def _opt_level(args) -> int:
+    """-O<n>, or the seed's spelling --optimize level=<n>; the later one wins."""
+    level = args.opt_level
+    if args.optimize is not None:
+        key, _, value = args.optimize.partition("=")
+        if key.strip() != "level" or value.strip() not in ("0", "1", "2", "3"):
+            raise CuvilError(f"--optimize '{args.optimize}': write level=0, level=1, level=2 or level=3")
+        level = int(value)
+    return level
 
 
 def cmd_gen(args) -> int:
@@ -287,6 +298,10 @@ def _common(p):
                         "(clip |x| at --percentile), entropy (KL-divergence threshold)")
     p.add_argument("--percentile", type=float, default=99.99,
                    help="percentile of |x| kept by --calibrate percentile (default 99.99)")
+    from .opt import OPT_LEVELS
+    p.add_argument("-O", dest="opt_level", type=int, choices=sorted(OPT_LEVELS), default=3, metavar="N",
+                   help="optimization level: " + "; ".join(f"{n}: {t}" for n, t in OPT_LEVELS.items()))
+    p.add_argument("--optimize", metavar="level=N", help="the same as -ON")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ import onnx
 
 from . import boards, codegen, frontend, ops, passes, planner
 from .errors import CuvilError
+from .opt import OPT_LEVELS
 from .ir import Graph
 
 
@@ -99,7 +100,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   input_shapes: dict | None = None, algorithm: str = "auto",
                   verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
                   calibration: str | dict | None = None, calibrate: str = "minmax",
-                  percentile: float = 99.99, io: str = "model", weights: str = "inline") -> Compiled:
+                  percentile: float = 99.99, io: str = "model", weights: str = "inline",
+                  opt_level: int = 3) -> Compiled:
     prefix = check_name(name)
     if weights not in ("inline", "separate"):
         raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
@@ -115,7 +117,9 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     if requant not in ("fixed", "float"):
         raise CuvilError(f"--requant '{requant}': choose fixed (integer multiplier + shift) or float (float32 scale)")
     g.requant = requant
-    g = passes.optimize(g, verify_each=verify_each)
+    if opt_level not in OPT_LEVELS:
+        raise CuvilError(f"-O{opt_level}: choose 0, 1, 2 or 3")
+    g = passes.optimize(g, verify_each=verify_each, level=opt_level)
     calib = None
     if quantize is not None or calibration is not None:
         from . import ptq
@@ -136,8 +140,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
-    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b,
-                       weights=weights)
+    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
+                       target=b if opt_level >= 2 else None, weights=weights, opt_level=opt_level)
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob))
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
                     weights_blob=r.blob)

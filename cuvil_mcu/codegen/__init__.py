@@ -73,6 +73,7 @@ class Emitter:
     _const_by_key: dict = field(default_factory=dict)
     node = None
     target: object = None   # the Board: ISA features for kernel variants (cuvil_mcu.isa)
+    opt_level: int = 3      # gen -O: below 3, no shape-specialized kernel variants
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -173,13 +174,15 @@ class Rendered:
 
 
 def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
-           summary: dict | None = None, target=None, weights: str = "inline") -> Rendered:
+           summary: dict | None = None, target=None, weights: str = "inline",
+           opt_level: int = 3) -> Rendered:
     """The header. Deterministic: no time, path or command line in it.
     target: the Board object, whose ISA picks kernel variants.
     weights="separate": the constants go to a blob (codegen/blob.py) that
     <p>_bind_weights binds at run time; the header keeps only the code."""
     k = Emitter(prefix, g, plan)
     k.target = target
+    k.opt_level = opt_level
     for i, n in enumerate(g.nodes):
         op = ops.get(n.op_type)
         ins = [g.tensors[t] if t else None for t in n.inputs]

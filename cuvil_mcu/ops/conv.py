@@ -256,7 +256,7 @@ class Conv(Op):
         geo_arr = np.array([vals[f] for f in CONV_FIELDS] + rt + ct, np.int64)
         if max(geo.n * geo.c * h * wd, geo.n * geo.m * oh * ow, int(np.abs(geo_arr).max())) >= 2 ** 31:
             raise shape_error(node, "tensor too large for 32-bit indexing")
-        fixed = kh * kw <= MAX_FIXED_TAPS
+        fixed = kh * kw <= MAX_FIXED_TAPS and k.opt_level >= 3   # -O3: shape-specialized kernels
         template = "dwconv2d_f32" if kind == "depthwise" else "conv2d_f32"
         variant = {"name": f"k{kh}x{kw}" if fixed else "", "kh": kh if fixed else 0,
                    "kw": kw if fixed else 0, "fields": CONV_FIELDS}
