@@ -53,7 +53,8 @@ def _compile(args):
                          input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
                          requant=args.requant, quantize=args.quantize, calibration=args.calibration,
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
-                         weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args))
+                         weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
+                         precision=args.precision)
 
 
 def _opt_level(args) -> int:
@@ -226,7 +227,11 @@ def _run_firmware(args, c, inputs, stacked) -> int:
     ELF sizes vs the board budget. Exit 1 on a mismatch."""
     from .sim import qemu
     r = qemu.simulate(c, inputs, c.board, timeout=args.timeout)
-    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, inputs), c.graph.outputs)
+    tol = {}
+    if c.fp16_nodes:  # fp16 arithmetic on cores that have it (precision.py)
+        from .precision import FP16_ATOL, FP16_RTOL
+        tol = dict(atol=FP16_ATOL, rtol=FP16_RTOL)
+    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, inputs), c.graph.outputs, **tol)
     outs = r.outputs if stacked else [o[0] for o in r.outputs]
     if args.output:
         _save_outputs(Path(args.output), c.graph.outputs, outs)
@@ -302,6 +307,11 @@ def _common(p):
     p.add_argument("-O", dest="opt_level", type=int, choices=sorted(OPT_LEVELS), default=3, metavar="N",
                    help="optimization level: " + "; ".join(f"{n}: {t}" for n, t in OPT_LEVELS.items()))
     p.add_argument("--optimize", metavar="level=N", help="the same as -ON")
+    p.add_argument("--precision", metavar="P",
+                   help="fp32 (default); fp16: float Conv/Gemm/MatMul weights as IEEE half (half the flash; "
+                        "fp16 arithmetic where the core has it, else float32); int8,fp16:<node names or op "
+                        "types>: quantize to int8 (needs --calibration) except those layers, kept float with "
+                        "fp16 weights")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -74,6 +74,8 @@ class Emitter:
     node = None
     target: object = None   # the Board: ISA features for kernel variants (cuvil_mcu.isa)
     opt_level: int = 3      # gen -O: below 3, no shape-specialized kernel variants
+    fp16_nodes: frozenset = frozenset()   # --precision: nodes whose float weights are IEEE half
+    half_symbols: set = field(default_factory=set)   # const symbols holding half patterns
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -105,6 +107,22 @@ class Emitter:
         self._const_by_key[key] = symbol
         return symbol
 
+    def weight(self, data: np.ndarray, name: str = "w") -> str:
+        """A float kernel's weight array: float32, or IEEE half patterns
+        (uint16, in half_symbols) when the current node runs in fp16
+        (--precision fp16). Kernels ask `symbol in k.half_symbols`."""
+        if self.node is None or self.node.name not in self.fp16_nodes:
+            return self.const(data, name)
+        data = np.asarray(data, np.float32)
+        big = np.abs(data[np.isfinite(data)]).max(initial=0.0)
+        if big > 65504.0:
+            from ..errors import CuvilError
+            raise CuvilError(f"--precision fp16: weight '{name}' of node '{self.node.name}' reaches {big:g}, "
+                             f"beyond fp16's 65504; keep this node in float32")
+        sym = self.const(data.astype(np.float16).view(np.uint16), name + "_f16", ctype="uint16_t")
+        self.half_symbols.add(sym)
+        return sym
+
     def drop_unused_const(self, symbol: str) -> None:
         """Forget a const array nothing emitted so far refers to (e.g. the
         portable layout of weights an ISA kernel stores in its own layout):
@@ -128,6 +146,8 @@ class Emitter:
         if variant and variant.get("name"):
             fname += "_" + variant["name"]
         if fname not in self.kernels:
+            if variant and any(variant.get(f) for f in ("fp16", "ha", "hb")):
+                self.kernel("fp16")   # the half-precision helpers come first
             tpl = env().get_template(f"kernels/{template}.c.j2")
             self.kernels[fname] = tpl.render(p=self.prefix, fn=fname, v=variant or {}).rstrip() + "\n"
         return fname
@@ -175,7 +195,7 @@ class Rendered:
 
 def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
            summary: dict | None = None, target=None, weights: str = "inline",
-           opt_level: int = 3) -> Rendered:
+           opt_level: int = 3, fp16_nodes=frozenset()) -> Rendered:
     """The header. Deterministic: no time, path or command line in it.
     target: the Board object, whose ISA picks kernel variants.
     weights="separate": the constants go to a blob (codegen/blob.py) that
@@ -183,6 +203,7 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
     k = Emitter(prefix, g, plan)
     k.target = target
     k.opt_level = opt_level
+    k.fp16_nodes = frozenset(fp16_nodes)
     for i, n in enumerate(g.nodes):
         op = ops.get(n.op_type)
         ins = [g.tensors[t] if t else None for t in n.inputs]
