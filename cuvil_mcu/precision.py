@@ -83,7 +83,12 @@ def round_weights(g, names: set[str]) -> None:
         if n.name in names and len(n.inputs) > 1 and n.inputs[1]:
             t = g.tensors[n.inputs[1]]
             if t.is_const and t.dtype == "float32":
-                t.data = np.asarray(t.data, np.float32).astype(np.float16).astype(np.float32)
+                w = np.asarray(t.data, np.float32)
+                big = float(np.abs(w[np.isfinite(w)]).max(initial=0.0))
+                if big > 65504.0:
+                    raise CuvilError(f"--precision fp16: weight '{t.name}' of node '{n.name}' reaches {big:g}, "
+                                     f"beyond fp16's 65504; keep this node in float32")
+                t.data = w.astype(np.float16).astype(np.float32)
 
 
 def keep_float(g, prec: Precision) -> set[str]:
