@@ -95,6 +95,13 @@ def gen_key(args, board_file: Path | None) -> str | None:
         var, default = COMPILER_EMITS[e]
         parts.append(_tool_identity(os.environ.get(var, default)))
     parts.append(f"plan out: {bool(getattr(args, 'plan_out', None))}")
+    if str(args.model).endswith(".pt2"):  # the ONNX torch.onnx.export writes depends on its version
+        from importlib import metadata
+        for dist in ("torch", "onnxscript"):
+            try:
+                parts.append(f"{dist} {metadata.version(dist)}")
+            except metadata.PackageNotFoundError:
+                parts.append(f"{dist} missing")
     if emits & set(COMPILER_EMITS) or getattr(args, "board", "host") != "host":
         parts.append(f"CC={os.environ.get('CC', '')}")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()

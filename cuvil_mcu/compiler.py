@@ -115,6 +115,10 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     if isinstance(model, onnx.ModelProto):
         g = frontend.onnx_loader.from_model(model, input_shapes)
         source = model.graph.name or "model"
+    elif str(model).endswith(".pt2"):  # torch.export program (frontend/torch_in.py)
+        from .frontend import torch_in
+        source = str(model).replace("\\", "/").rsplit("/", 1)[-1]
+        g = frontend.onnx_loader.from_model(torch_in.load_pt2(str(model)), input_shapes, source=source)
     else:
         g = frontend.load(model, input_shapes)
         source = str(model).replace("\\", "/").rsplit("/", 1)[-1]
