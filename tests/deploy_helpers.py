@@ -46,3 +46,13 @@ def kws_int8():
     s = shared_models.samples("kws_dscnn")
     x = s["inputs"]
     return shared_models.model_path("kws_dscnn"), x.reshape(x.shape[0], 1, 49, 10, 1), s["expected_tflm"]
+
+
+def host_outputs(c, x: np.ndarray) -> np.ndarray:
+    """The compiled one-input model's first output on the host, for the
+    samples x (samples, *input shape)."""
+    from cuvil_mcu.sim import host
+    g = c.graph
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs])
+    return host.run(exe, [x], c.out_specs, x.shape[0])[0]

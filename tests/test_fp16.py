@@ -19,18 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.precision import FP16_ATOL, FP16_RTOL
-from cuvil_mcu.sim import host
-from deploy_helpers import ROOT, cli, fails_cleanly
+from deploy_helpers import ROOT, host_outputs, cli, fails_cleanly
 from helpers import assert_close, run_strict_builds
 
 KWS = ROOT / "examples" / "kws_float.onnx"
-
-
-def host_outputs(c, x):
-    g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
-    return host.run(exe, [x], c.out_specs, x.shape[0])[0]
 
 
 def test_flash_halves_and_outputs_follow_the_half_weights():

@@ -9,16 +9,8 @@ import onnx
 
 import shared_models
 from cuvil_mcu.compiler import compile_model
-from cuvil_mcu.sim import host
-from deploy_helpers import ROOT, cli, fails_cleanly
+from deploy_helpers import ROOT, host_outputs, cli, fails_cleanly
 from helpers import assert_close, run_ort
-
-
-def run_host(c, x):
-    g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
-    return host.run(exe, [x], c.out_specs, x.shape[0])[0]
 
 
 def test_float_levels():
@@ -33,7 +25,7 @@ def test_float_levels():
     assert len({cs[o].header for o in (0, 1, 3)}) == 3
     assert cs[1].header == cs[2].header                           # the host has no ISA kernels
     for o, c in cs.items():
-        assert_close(run_host(c, x), ref, 1e-5, f"-O{o} vs onnxruntime")
+        assert_close(host_outputs(c, x), ref, 1e-5, f"-O{o} vs onnxruntime")
 
 
 def test_int8_levels_on_a_dsp_board():
@@ -50,9 +42,9 @@ def test_int8_levels_on_a_dsp_board():
     # -O0 runs the QDQ graph literally, as onnxruntime does with its optimizations off
     m = onnx.load(shared_models.model_path("kws_dscnn"))
     ort = np.stack([run_ort(m, {m.graph.input[0].name: xi})[0] for xi in x]).reshape(s["expected_tflm"].shape)
-    y0 = run_host(cs[0], x).reshape(s["expected_tflm"].shape)
+    y0 = host_outputs(cs[0], x).reshape(s["expected_tflm"].shape)
     assert np.abs(y0.astype(int) - ort).max() <= 1, (y0, ort)
-    np.testing.assert_array_equal(run_host(cs[1], x).reshape(s["expected_tflm"].shape), s["expected_tflm"])
+    np.testing.assert_array_equal(host_outputs(cs[1], x).reshape(s["expected_tflm"].shape), s["expected_tflm"])
 
 
 def test_cli_spellings(tmp_path):

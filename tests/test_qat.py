@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from cuvil_mcu.compiler import compile_model
-from cuvil_mcu.sim import host
-from deploy_helpers import ROOT
+from deploy_helpers import ROOT, host_outputs
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'cuvil-mcu[torch]')")
 
@@ -29,13 +28,6 @@ def qat(tmp_path_factory):
     return mod, net, path, x[:64], y[:64]
 
 
-def c_outputs(c, x):
-    g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
-    return host.run(exe, [x[:, None]], c.out_specs, x.shape[0])[0]
-
-
 def test_qat_model_compiles_bit_exact(qat):
     mod, net, path, x, y = qat
     im = mod.IntModel(net)
@@ -43,12 +35,13 @@ def test_qat_model_compiles_bit_exact(qat):
     want = np.stack([im.run(x[i:i + 1]) for i in range(len(x))])
     c = compile_model(str(path), requant="float")
     assert {"QLinearConv", "com.microsoft.QGemm"} <= set(c.op_counts)   # integer kernels, not float QDQ
-    np.testing.assert_array_equal(c_outputs(c, x).reshape(want.shape), want)
+    np.testing.assert_array_equal(host_outputs(c, x[:, None]).reshape(want.shape), want)
     ci = compile_model(str(path), requant="float", io="int8")
-    got_q = c_outputs(ci, ((x / im.q[0][0]).round() + im.q[0][1]).clip(-128, 127).astype(np.int8))
+    xq = ((x / im.q[0][0]).round() + im.q[0][1]).clip(-128, 127).astype(np.int8)[:, None]
+    got_q = host_outputs(ci, xq)
     np.testing.assert_array_equal(got_q.reshape(want_q.shape), want_q)
     cf = compile_model(str(path), requant="fixed", io="int8")
-    got_f = c_outputs(cf, ((x / im.q[0][0]).round() + im.q[0][1]).clip(-128, 127).astype(np.int8))
+    got_f = host_outputs(cf, xq)
     assert np.abs(got_f.reshape(want_q.shape).astype(int) - want_q).max() <= 1
     # the fake-quantized PyTorch model computes the same int8 logits, up to float summation order
     with torch.no_grad():

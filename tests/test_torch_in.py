@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cuvil_mcu.sim import host
-from deploy_helpers import cli, fails_cleanly, gen
+from deploy_helpers import cli, host_outputs, fails_cleanly, gen
 from helpers import assert_close
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'cuvil-mcu[torch]')")
@@ -40,13 +40,6 @@ def net():
     return m
 
 
-def c_outputs(c, x: np.ndarray) -> np.ndarray:
-    g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
-    return host.run(exe, [x], c.out_specs, x.shape[0])[0]
-
-
 def test_gen_pt2_matches_torch(tmp_path):
     m = net()
     x = torch.randn(1, 1, 8, 8, generator=torch.Generator().manual_seed(1))
@@ -72,7 +65,7 @@ def test_compile_api():
     xs = torch.randn(3, 1, 1, 8, 8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         want = np.stack([m(xi).numpy() for xi in xs])
-    assert_close(c_outputs(c, xs.numpy()), want, 1e-5, "cuvil_mcu.compile vs torch")
+    assert_close(host_outputs(c, xs.numpy()), want, 1e-5, "cuvil_mcu.compile vs torch")
     with pytest.raises(cuvil_mcu.errors.CuvilError, match="example_inputs"):
         cuvil_mcu.compile(m, "not a tensor")
 

@@ -24,12 +24,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from ..errors import ToolError
-from . import _pkg
+from . import _build, _pkg
 
 NAME = "so"
 ABI_VERSION = 1
@@ -74,21 +72,11 @@ def sources(c) -> dict[str, str]:
 
 
 def build(c, cc: str, cflags: list[str]) -> bytes:
-    """lib<p>.so's bytes, built in a temporary folder."""
-    src = sources(c)
-    with tempfile.TemporaryDirectory(prefix="cuvil-so-") as tmp:
-        t = Path(tmp)
-        (t / f"{c.prefix}.h").write_text(c.header)
-        for name, text in src.items():
-            (t / name).write_text(text)
-        lib = f"lib{c.prefix}.so"
-        cmd = [cc, *cflags, "-std=c99", "-fPIC", "-shared", "-Wall", "-Wextra",
-               f"-ffile-prefix-map={tmp}=.", f"-Wl,-soname,{lib}", f"lib{c.prefix}.c", "-o", lib, "-lm"]
-        r = subprocess.run(cmd, cwd=t, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise ToolError(f"--emit so: building {lib} failed ({' '.join(cmd)}): "
-                            + " ".join(r.stderr.split())[-1500:])
-        return (t / lib).read_bytes()
+    """lib<p>.so's bytes."""
+    lib = f"lib{c.prefix}.so"
+    return _build.build(c, NAME, sources(c), lambda tmp: [
+        cc, *cflags, "-std=c99", "-fPIC", "-shared", "-Wall", "-Wextra", f"-ffile-prefix-map={tmp}=.",
+        f"-Wl,-soname,{lib}", f"lib{c.prefix}.c", "-lm"], lib)
 
 
 def emit(c, out: Path) -> dict:

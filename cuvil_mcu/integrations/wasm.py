@@ -18,12 +18,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from ..errors import ToolError
-from . import _pkg
+from . import _build, _pkg
 
 NAME = "wasm"
 SYSROOTS = ("/usr", "/usr/share/wasi-sysroot")   # Debian's wasi-libc: /usr/{include,lib}/wasm32-wasi
@@ -64,19 +62,10 @@ def meta(c) -> dict:
 
 def build(c, cc: str, sysroot: str) -> bytes:
     ctx = _pkg.context(c, separate=c.weights_blob is not None)
-    with tempfile.TemporaryDirectory(prefix="cuvil-wasm-") as tmp:
-        t = Path(tmp)
-        (t / f"{c.prefix}.h").write_text(c.header)
-        (t / "exports.c").write_text(_pkg.render("wasm/exports.c.j2", ctx))
-        out = f"{c.prefix}.wasm"
-        cmd = [cc, "--target=wasm32-wasi", f"--sysroot={sysroot}", "-O2", "-std=c99", "-Wall", "-Wextra",
-               f"-ffile-prefix-map={tmp}=.", "-nostartfiles", "-Wl,--no-entry", "-Wl,--strip-all",
-               "-Wl,--export-dynamic", "exports.c", "-o", out, "-lm"]
-        r = subprocess.run(cmd, cwd=t, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise ToolError(f"--emit wasm: building {out} failed ({' '.join(cmd)}): "
-                            + " ".join(r.stderr.split())[-1500:])
-        return (t / out).read_bytes()
+    return _build.build(c, NAME, {"exports.c": _pkg.render("wasm/exports.c.j2", ctx)}, lambda tmp: [
+        cc, "--target=wasm32-wasi", f"--sysroot={sysroot}", "-O2", "-std=c99", "-Wall", "-Wextra",
+        f"-ffile-prefix-map={tmp}=.", "-nostartfiles", "-Wl,--no-entry", "-Wl,--strip-all",
+        "-Wl,--export-dynamic", "exports.c", "-lm"], f"{c.prefix}.wasm")
 
 
 def emit(c, out: Path) -> dict:
