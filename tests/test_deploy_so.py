@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import cuvil_mcu
+import cuvil_mcu.runtime
 from deploy_helpers import ROOT, cli, fails_cleanly, gen, kws_int8
 
 # A C program that links lib<p>.so: reads N samples, runs them through the

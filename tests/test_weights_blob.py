@@ -22,6 +22,7 @@ import pytest
 from onnx import numpy_helper
 
 import cuvil_mcu
+import cuvil_mcu.runtime
 from cuvil_mcu.codegen import blob as blobfmt
 from deploy_helpers import ROOT, cli, fails_cleanly, gen, kws_int8
 
