@@ -12,8 +12,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from . import __version__
 from .errors import CuvilError, InputError
 
@@ -54,10 +52,28 @@ def _compile(args):
     return compile_model(args.model, board=args.board, name=args.name,
                          input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
                          requant=args.requant, quantize=args.quantize, calibration=args.calibration,
-                         calibrate=args.calibrate, percentile=args.percentile, io=args.io)
+                         calibrate=args.calibrate, percentile=args.percentile, io=args.io,
+                         weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
+                         precision=args.precision)
+
+
+def _opt_level(args) -> int:
+    """-O<n>, or the seed's spelling --optimize level=<n>; the later one wins."""
+    level = args.opt_level
+    if args.optimize is not None:
+        key, _, value = args.optimize.partition("=")
+        if key.strip() != "level" or value.strip() not in ("0", "1", "2", "3"):
+            raise CuvilError(f"--optimize '{args.optimize}': write level=0, level=1, level=2 or level=3")
+        level = int(value)
+    return level
 
 
 def cmd_gen(args) -> int:
+    from . import cache
+    key = None if args.no_cache else cache.gen_key(args, None)
+    hit = cache.lookup(key) if key else None
+    if hit is not None:  # before any heavy import: a hit costs a hash and the writes
+        return _replay_gen(args, *hit)
     from . import integrations
     from . import boards
     spec = args.emit if args.emit is not None else ",".join(boards.get(args.board).emit)
@@ -69,6 +85,8 @@ def cmd_gen(args) -> int:
     c = _compile(args)
     out = Path(args.output)
     files: dict[Path, str | bytes] = {out / f"{c.prefix}.h": c.header}
+    if c.weights_blob is not None:
+        files[out / f"{c.prefix}.weights.bin"] = c.weights_blob
     files.update(integrations.emit_all(emitters, c, out, args.name))
     from .sim import firmware
     files.update(firmware.project(c, out))  # Cortex-M boards: main.c, startup.c, linker.ld, Makefile, ...
@@ -80,22 +98,45 @@ def cmd_gen(args) -> int:
             plan["calibration"] = c.calibration
             files[Path(args.plan_out)] = json.dumps(plan, indent=1) + "\n"
     _write_atomic(files)
-    print(f"{args.model} -> {out / (c.prefix + '.h')}  (board {c.board.id})")
-    print(c.summary())
+    summary = c.summary()
     from .sim import profile  # issue 16: latency at the board's clock, RAM as arena + stack
     for line in profile.latency_lines(c, run_sim=args.latency):
-        print(line)
+        summary += "\n" + line
     if c.calibration is not None:
         from .ptq import summary_line
-        print(summary_line(c.calibration))
-    if args.plan_out:
-        print(f"plan     {args.plan_out}")
+        summary += "\n" + summary_line(c.calibration)
+    _print_gen(args, c.prefix, c.board.id, summary)
+    if key:
+        plan = Path(args.plan_out) if args.plan_out else None
+        entries = [("plan", "", v) if p == plan else ("out", p.relative_to(out).as_posix(), v)
+                   for p, v in files.items()
+                   if p == plan or p.is_relative_to(out)]
+        if len(entries) == len(files):
+            cache.store(key, [(r, rel, v.encode() if isinstance(v, str) else v) for r, rel, v in entries],
+                        f"{c.prefix}\n{c.board.id}\n{summary}")
     return 0
 
 
-def load_inputs(path: str, c) -> tuple[list[np.ndarray], bool]:
+def _print_gen(args, prefix: str, board: str, summary: str) -> None:
+    print(f"{args.model} -> {Path(args.output) / (prefix + '.h')}  (board {board})")
+    print(summary)
+    if args.plan_out:
+        print(f"plan     {args.plan_out}")
+
+
+def _replay_gen(args, files, stored: str) -> int:
+    """A cache hit (cache.py): the same files into this -o, the same summary."""
+    out = Path(args.output)
+    _write_atomic({(Path(args.plan_out) if role == "plan" else out / rel): data for role, rel, data in files})
+    prefix, board, summary = stored.split("\n", 2)
+    _print_gen(args, prefix, board, summary)
+    return 0
+
+
+def load_inputs(path: str, c) -> tuple[list, bool]:
     """Arrays of shape (samples, *input_shape) per model input, and whether
     the file had a samples axis (outputs are written the same way)."""
+    import numpy as np  # not at module level: a cached gen never needs numpy
     g = c.graph
     try:
         data = np.load(path, allow_pickle=False)
@@ -138,6 +179,7 @@ def load_inputs(path: str, c) -> tuple[list[np.ndarray], bool]:
 
 
 def cmd_run(args) -> int:
+    import numpy as np
     from .sim import host
     c = _compile(args)
     inputs, stacked = load_inputs(args.input, c)
@@ -172,8 +214,9 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _save_outputs(dest: Path, names: list[str], outs: list[np.ndarray]) -> None:
+def _save_outputs(dest: Path, names: list[str], outs: list) -> None:
     import io
+    import numpy as np
     buf = io.BytesIO()
     if dest.suffix == ".npz" or len(outs) > 1:
         np.savez(buf, **dict(zip(names, outs)))
@@ -187,7 +230,11 @@ def _run_firmware(args, c, inputs, stacked) -> int:
     ELF sizes vs the board budget. Exit 1 on a mismatch."""
     from .sim import qemu
     r = qemu.simulate(c, inputs, c.board, timeout=args.timeout)
-    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, inputs), c.graph.outputs)
+    tol = {}
+    if c.fp16_nodes:  # fp16 arithmetic on cores that have it (precision.py)
+        from .precision import FP16_ATOL, FP16_RTOL
+        tol = dict(atol=FP16_ATOL, rtol=FP16_RTOL)
+    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, inputs), c.graph.outputs, **tol)
     outs = r.outputs if stacked else [o[0] for o in r.outputs]
     if args.output:
         _save_outputs(Path(args.output), c.graph.outputs, outs)
@@ -312,6 +359,15 @@ def _common(p):
                         "(clip |x| at --percentile), entropy (KL-divergence threshold)")
     p.add_argument("--percentile", type=float, default=99.99,
                    help="percentile of |x| kept by --calibrate percentile (default 99.99)")
+    from .opt import OPT_LEVELS
+    p.add_argument("-O", dest="opt_level", type=int, choices=sorted(OPT_LEVELS), default=3, metavar="N",
+                   help="optimization level: " + "; ".join(f"{n}: {t}" for n, t in OPT_LEVELS.items()))
+    p.add_argument("--optimize", metavar="level=N", help="the same as -ON")
+    p.add_argument("--precision", metavar="P",
+                   help="fp32 (default); fp16: float Conv/Gemm/MatMul weights as IEEE half (half the flash; "
+                        "fp16 arithmetic where the core has it, else float32); int8,fp16:<node names or op "
+                        "types>: quantize to int8 (needs --calibration) except those layers, kept float with "
+                        "fp16 weights")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -327,6 +383,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--emit", metavar="TARGETS",
                    help="also write packages for these ecosystems, comma-separated "
                         "(see cuvil_mcu/integrations: e.g. micropython,zephyr,rust,platformio)")
+    g.add_argument("--weights", choices=("inline", "separate"), default="inline",
+                   help="inline: constants in the header (default); separate: <name>.weights.bin with "
+                        "magic, version, graph hash, sizes and CRC-32, bound at run time by "
+                        "<name>_bind_weights(blob, size) (update the weights without re-flashing the code)")
+    g.add_argument("--no-cache", action="store_true",
+                   help="compile afresh: neither read nor write the compile cache (~/.cache/cuvil-mcu, or "
+                        "$CUVIL_CACHE_DIR; keyed on model bytes, options, board and compiler version)")
     g.set_defaults(fn=cmd_gen)
     r = sub.add_parser("run", help="compile the generated C and run it on inputs")
     _common(r)

@@ -13,6 +13,7 @@ import onnx
 
 from . import boards, codegen, frontend, ops, passes, planner
 from .errors import CuvilError
+from .opt import OPT_LEVELS
 from .ir import Graph
 
 
@@ -29,6 +30,9 @@ class Compiled:
     budget_lines: list[str] = field(default_factory=list)
     # --quantize int8: tensor -> {min, max, scale, zero_point, method, ...} (ptq.py)
     calibration: dict | None = None
+    # --weights separate: <prefix>.weights.bin (codegen/blob.py); the header holds no constant data
+    weights_blob: bytes | None = None
+    fp16_nodes: list[str] = field(default_factory=list)   # --precision: layers with IEEE half weights
 
     @property
     def in_specs(self):
@@ -45,13 +49,19 @@ class Compiled:
         lines = [
             f"ops      {len(g.nodes)} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
             f"MACs     {self.macs:,}",
-            f"flash    {self.weights_bytes:,} B of constants",
+            f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
+            f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
+            f"0 B of constants in the header",
             f"RAM      arena {p.arena_size:,} B (planner {p.algorithm}; lower bound {p.lower_bound:,} B)",
         ]
         for t in g.inputs:
             lines.append(f"input    {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
         for t in g.outputs:
             lines.append(f"output   {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
+        if self.fp16_nodes:
+            names = ", ".join(self.fp16_nodes[:12]) + (f" and {len(self.fp16_nodes) - 12} more"
+                                                        if len(self.fp16_nodes) > 12 else "")
+            lines.append(f"fp16     {len(self.fp16_nodes)} layer(s) with IEEE half weights: {names}")
         lines += [f"budget   {b}" for b in self.budget_lines] or [f"budget   {self.board.id}: no RAM/flash limit"]
         if self.budget_lines:
             lines.append(f"fits     {self.board.id}")
@@ -95,12 +105,20 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   input_shapes: dict | None = None, algorithm: str = "auto",
                   verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
                   calibration: str | dict | None = None, calibrate: str = "minmax",
-                  percentile: float = 99.99, io: str = "model") -> Compiled:
+                  percentile: float = 99.99, io: str = "model", weights: str = "inline",
+                  opt_level: int = 3, precision: str | None = None) -> Compiled:
     prefix = check_name(name)
+    if weights not in ("inline", "separate"):
+        raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
+                         f"(<name>.weights.bin, bound at run time)")
     b = boards.get(board)
     if isinstance(model, onnx.ModelProto):
         g = frontend.onnx_loader.from_model(model, input_shapes)
         source = model.graph.name or "model"
+    elif str(model).endswith(".pt2"):  # torch.export program (frontend/torch_in.py)
+        from .frontend import torch_in
+        source = str(model).replace("\\", "/").rsplit("/", 1)[-1]
+        g = frontend.onnx_loader.from_model(torch_in.load_pt2(str(model)), input_shapes, source=source)
     else:
         g = frontend.load(model, input_shapes)
         source = str(model).replace("\\", "/").rsplit("/", 1)[-1]
@@ -108,11 +126,19 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     if requant not in ("fixed", "float"):
         raise CuvilError(f"--requant '{requant}': choose fixed (integer multiplier + shift) or float (float32 scale)")
     g.requant = requant
-    g = passes.optimize(g, verify_each=verify_each)
+    if opt_level not in OPT_LEVELS:
+        raise CuvilError(f"-O{opt_level}: choose 0, 1, 2 or 3")
+    g = passes.optimize(g, verify_each=verify_each, level=opt_level)
     calib = None
+    from . import precision as prec_mod
+    prec = prec_mod.parse(precision)
+    if prec.int8 and quantize is None and not any(g.tensors[o].dtype in INTEGER_DTYPES
+                                                  for n in g.nodes for o in n.outputs if o):
+        quantize = "int8"   # --precision int8,...: a float model is quantized (needs --calibration)
     if quantize is not None or calibration is not None:
         from . import ptq
-        g, calib = ptq.quantize_graph(g, quantize, calibration, calibrate, percentile, verify_each)
+        g, calib = ptq.quantize_graph(g, quantize, calibration, calibrate, percentile, verify_each,
+                                      keep_float=prec_mod.keep_float(g, prec))
     if io == "int8":
         from .passes import dead_nodes, io_int8
         g = dead_nodes.run(io_int8.run(g))
@@ -129,6 +155,11 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
-    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b)
-    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
-    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)
+    fp16 = prec_mod.select(g, prec) if prec.any_fp16 else set()
+    prec_mod.round_weights(g, fp16)
+    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
+                       target=b if opt_level >= 2 else None, weights=weights, opt_level=opt_level,
+                       fp16_nodes=fp16)
+    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob))
+    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
+                    weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16])

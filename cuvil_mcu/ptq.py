@@ -610,7 +610,8 @@ def _integer_or_q(n: Node) -> bool:
 
 
 def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str = "minmax",
-                   percentile: float = 99.99, verify_each: bool = False) -> tuple[Graph, dict | None]:
+                   percentile: float = 99.99, verify_each: bool = False,
+                   keep_float: set[str] | frozenset = frozenset()) -> tuple[Graph, dict | None]:
     """Calibrate the float graph `g` (already through passes.optimize) and
     return (the int8 graph, through passes.optimize again; the calibration
     report: tensor -> {min, max, scale, zero_point, method, ...})."""
@@ -624,7 +625,8 @@ def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str =
     data, count = load_calibration(calibration, g)
     _matmul_add_to_gemm(g)
     reg = ops.registry()
-    quantized = [n for n in g.nodes if _quantizable(n, g, reg)]
+    # keep_float: nodes the user keeps in float (--precision int8,fp16:<nodes>)
+    quantized = [n for n in g.nodes if _quantizable(n, g, reg) and n.name not in keep_float]
     if not any(n.op_type not in PASS_THROUGH for n in quantized):
         raise CuvilError("--quantize int8: no node of this model has an int8 form here "
                          "(Conv, Gemm, MatMul, Add, Mul, pooling, Softmax, lookup-table activations)")

@@ -9,6 +9,8 @@ sys.path[:0] = [os.path.dirname(__file__), ROOT]
 os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 # Compiled test binaries are cached per session run, not across runs.
 os.environ.setdefault("CUVIL_CACHE", tempfile.mkdtemp(prefix="cuvil-test-cache-"))
+# gen's compile cache (cuvil_mcu/cache.py) likewise: never the user's ~/.cache.
+os.environ.setdefault("CUVIL_CACHE_DIR", tempfile.mkdtemp(prefix="cuvil-test-gencache-"))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -73,6 +73,9 @@ class Emitter:
     _const_by_key: dict = field(default_factory=dict)
     node = None
     target: object = None   # the Board: ISA features for kernel variants (cuvil_mcu.isa)
+    opt_level: int = 3      # gen -O: below 3, no shape-specialized kernel variants
+    fp16_nodes: frozenset = frozenset()   # --precision: nodes whose float weights are IEEE half
+    half_symbols: set = field(default_factory=set)   # const symbols holding half patterns
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -104,6 +107,22 @@ class Emitter:
         self._const_by_key[key] = symbol
         return symbol
 
+    def weight(self, data: np.ndarray, name: str = "w") -> str:
+        """A float kernel's weight array: float32, or IEEE half patterns
+        (uint16, in half_symbols) when the current node runs in fp16
+        (--precision fp16). Kernels ask `symbol in k.half_symbols`."""
+        if self.node is None or self.node.name not in self.fp16_nodes:
+            return self.const(data, name)
+        data = np.asarray(data, np.float32)
+        big = np.abs(data[np.isfinite(data)]).max(initial=0.0)
+        if big > 65504.0:
+            from ..errors import CuvilError
+            raise CuvilError(f"--precision fp16: weight '{name}' of node '{self.node.name}' reaches {big:g}, "
+                             f"beyond fp16's 65504; keep this node in float32")
+        sym = self.const(data.astype(np.float16).view(np.uint16), name + "_f16", ctype="uint16_t")
+        self.half_symbols.add(sym)
+        return sym
+
     def drop_unused_const(self, symbol: str) -> None:
         """Forget a const array nothing emitted so far refers to (e.g. the
         portable layout of weights an ISA kernel stores in its own layout):
@@ -127,6 +146,8 @@ class Emitter:
         if variant and variant.get("name"):
             fname += "_" + variant["name"]
         if fname not in self.kernels:
+            if variant and any(variant.get(f) for f in ("fp16", "ha", "hb")):
+                self.kernel("fp16")   # the half-precision helpers come first
             tpl = env().get_template(f"kernels/{template}.c.j2")
             self.kernels[fname] = tpl.render(p=self.prefix, fn=fname, v=variant or {}).rstrip() + "\n"
         return fname
@@ -169,14 +190,20 @@ class Rendered:
     text: str
     weights_bytes: int           # bytes of const arrays in the header
     kernels: list[str]           # function names of the kernels emitted
+    blob: bytes | None = None    # weights="separate": <name>.weights.bin (codegen/blob.py)
 
 
 def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
-           summary: dict | None = None, target=None) -> Rendered:
+           summary: dict | None = None, target=None, weights: str = "inline",
+           opt_level: int = 3, fp16_nodes=frozenset()) -> Rendered:
     """The header. Deterministic: no time, path or command line in it.
-    target: the Board object, whose ISA picks kernel variants."""
+    target: the Board object, whose ISA picks kernel variants.
+    weights="separate": the constants go to a blob (codegen/blob.py) that
+    <p>_bind_weights binds at run time; the header keeps only the code."""
     k = Emitter(prefix, g, plan)
     k.target = target
+    k.opt_level = opt_level
+    k.fp16_nodes = frozenset(fp16_nodes)
     for i, n in enumerate(g.nodes):
         op = ops.get(n.op_type)
         ins = [g.tensors[t] if t else None for t in n.inputs]
@@ -209,9 +236,31 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "summary": summary or {},
         "plan": plan,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
+        "wblob": None,
     }
+    if weights == "separate":
+        return _render_separate(ctx, k)
     text = env().get_template("model.h.j2").render(**ctx)
     return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels))
+
+
+def _render_separate(ctx: dict, k: Emitter) -> Rendered:
+    """The header without constant data, and the blob. The graph hash is
+    taken over the header's text with a placeholder where the hash goes."""
+    from .. import __version__
+    from . import blob
+    consts = list(k.consts.values())
+    offsets, total = blob.layout(consts)
+    ctx["wblob"] = {"offsets": offsets, "total": total, "payload": total - blob.HEADER,
+                    "format": blob.FORMAT, "header": blob.HEADER, "align": blob.ALIGN,
+                    "crc_at": blob.CRC_AT, "crc_table": blob.crc_nibble_table(),
+                    "hash": blob.HASH_PLACEHOLDER}
+    tpl = env().get_template("model.h.j2")
+    text = re.sub(r"\n{3,}", "\n\n", tpl.render(**ctx))
+    # The model file's name is a comment: the same code from a renamed file takes the same blobs.
+    ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
+    text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
+    return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash))
 
 
 def _comment_safe(s: str) -> str:

@@ -241,7 +241,7 @@ class Conv(Op):
             p = geo.hw[0] * geo.hw[1]
             # Y[M, P] = W[M, C] x X[C, P] + bias[M] (broadcast along P), per image.
             batches = [(0, i * geo.c * p, 0, i * geo.m * p) for i in range(geo.n)]
-            emit_matmul(k, node, y_ptr, k.const(w_data.reshape(geo.m, geo.c), w.name), x_ptr, b_ptr,
+            emit_matmul(k, node, y_ptr, k.weight(w_data.reshape(geo.m, geo.c), w.name), x_ptr, b_ptr,
                         batches, geo.m, p, geo.c, (geo.c, 1), (p, 1), (1, 0))
             return
         (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
@@ -256,13 +256,14 @@ class Conv(Op):
         geo_arr = np.array([vals[f] for f in CONV_FIELDS] + rt + ct, np.int64)
         if max(geo.n * geo.c * h * wd, geo.n * geo.m * oh * ow, int(np.abs(geo_arr).max())) >= 2 ** 31:
             raise shape_error(node, "tensor too large for 32-bit indexing")
-        fixed = kh * kw <= MAX_FIXED_TAPS
+        fixed = kh * kw <= MAX_FIXED_TAPS and k.opt_level >= 3   # -O3: shape-specialized kernels
         template = "dwconv2d_f32" if kind == "depthwise" else "conv2d_f32"
-        variant = {"name": f"k{kh}x{kw}" if fixed else "", "kh": kh if fixed else 0,
-                   "kw": kw if fixed else 0, "fields": CONV_FIELDS}
+        wsym = k.weight(w_data, w.name)
+        half = wsym in k.half_symbols
+        variant = {"name": "_".join(filter(None, [f"k{kh}x{kw}" if fixed else "", "h" if half else ""])),
+                   "kh": kh if fixed else 0, "kw": kw if fixed else 0, "fields": CONV_FIELDS, "fp16": half}
         fn = k.kernel(template, variant)
         lo, hi = act_bounds(node)
         g = k.const(geo_arr.astype(np.int32), "conv_geo")
-        wsym = k.const(w_data, w.name)
         k.line(f"{fn}({y_ptr}, {x_ptr}, {wsym}, {b_ptr if b_ptr else 'NULL'}, {g}, {lo}, {hi});")
 

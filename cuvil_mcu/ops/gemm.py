@@ -40,8 +40,10 @@ def emit_matmul(k, node, y: str, a: str, b: str, c: str | None, batches, m: int,
                    + [v for t in batches for v in t], np.int64)
     if geo.size and (geo.max() >= 2 ** 31 or geo.min() < 0):
         raise shape_error(node, "tensor too large for 32-bit indexing")
-    fn = k.kernel("matmul_f32", {"name": "" if unit else "strided", "unit": unit,
-                                 "fields": MATMUL_FIELDS})
+    ha, hb = a in k.half_symbols, b in k.half_symbols   # --precision fp16 weights (Emitter.weight)
+    fn = k.kernel("matmul_f32", {"name": "_".join(filter(None, ["" if unit else "strided",
+                                                                "ha" if ha else "", "hb" if hb else ""])),
+                                 "unit": unit, "fields": MATMUL_FIELDS, "ha": ha, "hb": hb})
     g = k.const(geo.astype(np.int32), "mm_geo")
     k.line(f"{fn}({y}, {a}, {b}, {c}, {g}, {k.f32(alpha)}, {k.f32(beta)}, {lo}, {hi});")
 
@@ -144,7 +146,7 @@ class Gemm(Op):
             bk = bk.T if tb else bk
             if alpha != 1.0:
                 bk = bk * np.float32(alpha)
-            b_ptr, sb, alpha = k.const(np.ascontiguousarray(bk, np.float32), f"{b.name}_kn"), (n, 1), 1.0
+            b_ptr, sb, alpha = k.weight(np.ascontiguousarray(bk, np.float32), f"{b.name}_kn"), (n, 1), 1.0
         else:
             b_ptr, sb = k.ptr(b), ((1, kk) if tb else (n, 1))
         c_ptr, sc = None, (0, 0)
@@ -226,5 +228,7 @@ class MatMul(Op):
             ao = _batch_offsets(a_batch, batch, m * kk)
             bo = _batch_offsets(b_batch, batch, kk * n)
             offsets = [(ao[t], bo[t], 0, t * m * n) for t in range(len(ao))]
-        emit_matmul(k, node, k.ptr(outs[0]), k.ptr(a), k.ptr(b), None, offsets, m, n, kk,
+        b_ptr = k.weight(np.asarray(b.data, np.float32), b.name) if b.is_const and b.dtype == "float32" \
+            else k.ptr(b)
+        emit_matmul(k, node, k.ptr(outs[0]), k.ptr(a), b_ptr, None, offsets, m, n, kk,
                     (kk, 1), (n, 1))

@@ -25,10 +25,19 @@ PIPELINE = [
 ]
 
 
-def optimize(g: Graph, verify_each: bool = False) -> Graph:
+# -O0: only what the rest of the compiler needs to be correct: fold-only ops
+# (Shape, Range, ...) evaluated, integer spatial ops in NHWC (their kernels'
+# layout), requantization mode and I/O quantization recorded. A QDQ model
+# then runs literally: DequantizeLinear, the float op, QuantizeLinear.
+REQUIRED = [fold_constants, dead_nodes, layout, dead_nodes, stamp_requant, io_quant]
+
+
+def optimize(g: Graph, verify_each: bool = False, level: int = 3) -> Graph:
+    """level (gen -O): 0 runs REQUIRED, 1 and up the whole PIPELINE (levels
+    2 and 3 differ in kernel choice, compiler.OPT_LEVELS)."""
     if verify_each:
         verify(g)
-    for p in PIPELINE:
+    for p in (PIPELINE if level >= 1 else REQUIRED):
         g = p.run(g)
         if verify_each:
             verify(g)

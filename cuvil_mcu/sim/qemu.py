@@ -356,13 +356,15 @@ class Comparison:
     max_abs: float = 0.0
 
 
-def compare(outputs: list[np.ndarray], ref: list[np.ndarray], names: list[str]) -> Comparison:
-    """Integer outputs: bit for bit. Float: within FLOAT_ATOL + FLOAT_RTOL*|ref|."""
+def compare(outputs: list[np.ndarray], ref: list[np.ndarray], names: list[str],
+            atol: float = FLOAT_ATOL, rtol: float = FLOAT_RTOL) -> Comparison:
+    """Integer outputs: bit for bit. Float: within atol + rtol*|ref| (default
+    FLOAT_ATOL, FLOAT_RTOL; fp16 layers: precision.FP16_ATOL/RTOL)."""
     worst = 0.0
     for name, got, want in zip(names, outputs, ref):
         if got.dtype.kind == "f":
             diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-            bad = ~(diff <= FLOAT_ATOL + FLOAT_RTOL * np.abs(want.astype(np.float64)))
+            bad = ~(diff <= atol + rtol * np.abs(want.astype(np.float64)))
             bad |= np.isnan(got) != np.isnan(want)
             worst = max(worst, float(np.nanmax(diff)) if diff.size else 0.0)
         else:
