@@ -29,13 +29,12 @@ MODS = [micropython, zephyr, platformio]
 
 from helpers import make_model, node
 import shared_models as sm
+import standins
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CC = os.environ.get("CC", "cc")
 WARN = ["-Wall", "-Wextra", "-Werror", "-std=c99"]
-# extra warnings of MicroPython's unix port Makefile (CWARN)
-MPY_WARN = WARN + ["-Wpointer-arith", "-Wdouble-promotion", "-Wfloat-conversion", "-Wshadow", "-Wundef"]
 
 
 def two_io_model() -> onnx.ModelProto:
@@ -80,6 +79,12 @@ def _example_reference(g):
 def compiled(tmp_path_factory):
     path, kw = int8_model_path(tmp_path_factory)
     return {"float": compile_model(two_io_model()), "int8": compile_model(path, **kw)}
+
+
+def need(tool: str) -> None:
+    import shutil
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed (make setup installs it)")
 
 
 def write(files: dict, base: Path) -> None:
@@ -145,45 +150,66 @@ def test_readme_lists_model(compiled, mod, tmp_path):
 # MicroPython
 
 FAKE_MPY = HERE / "fake_micropython"
+# The unix port's flags for user C modules (its Makefile's CWARN, -std and -O),
+# plus -Wshadow -Wundef.
+MPY_FLAGS = ["-Wall", "-Werror", "-Wextra", "-Wno-unused-parameter", "-Wpointer-arith", "-Wdouble-promotion",
+             "-Wfloat-conversion", "-std=gnu99", "-Os", "-Wshadow", "-Wundef"]
 
 
-def mpy_build(c, tmp_path, extra=()) -> tuple[Path, Path]:
+def mpy_sdk_name(name: str) -> bool:
+    """An identifier that belongs to MicroPython (the modules' own are mod<m>_...)."""
+    return bool(re.match(r"(mp_|MP_|MICROPY_|nlr_)", name)) or name in ("qstr", "byte", "BYTEARRAY_TYPECODE")
+
+
+def write_qstrdefs(sources: list[str], gen: Path) -> None:
+    """genhdr/qstrdefs.generated.h as MicroPython's makeqstrdata.py writes it
+    (the hash field is not read by the stand-in): every MP_QSTR_ name used."""
+    names = sorted(set().union(*(re.findall(r"MP_QSTR_(\w+)", s) for s in sources)) | {"run"})
+    (gen / "genhdr").mkdir(parents=True, exist_ok=True)
+    (gen / "genhdr" / "qstrdefs.generated.h").write_text(
+        'QDEF0(MP_QSTRnull, 0, 0, "")\n' + "".join(f'QDEF1(MP_QSTR_{n}, 0, {len(n)}, "{n}")\n' for n in names))
+
+
+def mpy_build(c, tmp_path, extra=(), also=()) -> tuple[Path, Path]:
     """Emit the module, compile it against the stand-in headers (warnings are
-    errors) and link it with the driver. Returns (driver exe, module dir)."""
-    files = micropython.emit(c, tmp_path)
-    write(files, tmp_path)
-    m = micropython.module_name(c.prefix)
-    mdir = tmp_path / "micropython" / m
-    src = (mdir / f"mod{m}.c").read_text()
-    # what MicroPython's build does: collect the MP_QSTR_ names
-    names = sorted(set(re.findall(r"MP_QSTR_(\w+)", src)) | {"run"})
-    gen = tmp_path / "genhdr"
-    gen.mkdir(exist_ok=True)
-    (gen / "fake_qstrdefs.h").write_text(
-        "enum { MP_QSTR_NULL, " + "".join(f"MP_QSTR_{n}, " for n in names) + "};\n"
-        "extern const char *const fake_qstr_names[];\n")
-    (gen / "qstrnames.c").write_text(
-        "const char *const fake_qstr_names[] = { \"\", " + "".join(f'"{n}", ' for n in names) + "};\n")
-    inc = ["-I", FAKE_MPY, "-I", gen, "-I", mdir]
-    obj = tmp_path / "mod.o"
-    cc([*MPY_WARN, *extra, *inc, "-c", mdir / f"mod{m}.c", "-o", obj])
-    exe = tmp_path / "driver"
-    cc(["-std=c99", "-O1", *extra, *inc, f"-DMOD_OBJ={m}_user_cmodule", FAKE_MPY / "driver.c", gen / "qstrnames.c",
-        obj, "-o", exe, "-lm"])
-    return exe, mdir
+    errors) and link it with the driver; `also`: more compiled models linked
+    into the same executable (two models in one firmware). Returns (driver
+    exe, module dir)."""
+    mods = []
+    for k in (c, *also):
+        write(micropython.emit(k, tmp_path), tmp_path)
+        m = micropython.module_name(k.prefix)
+        mods.append((m, tmp_path / "micropython" / m))
+    gen = tmp_path / "gen"
+    write_qstrdefs([(d / f"mod{m}.c").read_text() for m, d in mods], gen)
+    inc = ["-I", FAKE_MPY, "-I", FAKE_MPY / "port", "-I", gen]
+    objs = []
+    for m, d in mods:
+        obj = tmp_path / f"mod{m}.o"
+        cc([*MPY_FLAGS, *extra, *inc, "-I", d, "-c", d / f"mod{m}.c", "-o", obj])
+        objs.append(obj)
+    exe = tmp_path / f"driver_{mods[0][0]}"
+    cc(["-std=c99", "-O1", *extra, *inc, f"-DMOD_OBJ={micropython.c_prefix(mods[0][0])}_user_cmodule",
+        FAKE_MPY / "driver.c", *objs, "-o", exe, "-lm"])
+    return exe, mods[0][1]
 
 
 def mpy_run(exe, tmp_path, kind, arrays):
+    """(first line of the driver's output, output bytes); the whole output is
+    in the line list when more lines come (release:/reenter: kinds)."""
     ins = []
     for i, a in enumerate(arrays):
         p = tmp_path / f"in{i}.bin"
         p.write_bytes(np.ascontiguousarray(a).tobytes())
         ins.append(p)
     out = tmp_path / "out.bin"
+    if out.exists():
+        out.unlink()
     r = subprocess.run([exe, kind, out, *ins], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    line = r.stdout.strip()
-    return line, (out.read_bytes() if line.startswith("OK") else b"")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    ok = [ln for ln in lines if ln.startswith("OK")]
+    return (lines[0] if len(lines) == 1 else lines), (out.read_bytes() if ok else b"")
 
 
 def mpy_attrs(exe) -> dict:
@@ -213,16 +239,54 @@ def test_micropython_layout(compiled, tmp_path):
     assert "target_link_libraries(usermod INTERFACE usermod_cuvilmodel)" in cm
     src = files[base / "modcuvilmodel.c"]
     assert "#define MODEL_IMPLEMENTATION" in src and '#include "model.h"' in src
-    assert "MP_REGISTER_MODULE(MP_QSTR_cuvilmodel, cuvilmodel_user_cmodule);" in src
-    assert "static MP_DEFINE_CONST_FUN_OBJ_1(cuvilmodel_run_obj, cuvilmodel_run);" in src
-    assert re.search(r"static unsigned char cuvilmodel_arena\[MODEL_ARENA_SIZE\]", src)
+    assert "MP_REGISTER_MODULE(MP_QSTR_cuvilmodel, modcuvilmodel_user_cmodule);" in src
+    assert "static MP_DEFINE_CONST_FUN_OBJ_1(modcuvilmodel_run_obj, modcuvilmodel_run);" in src
+    assert re.search(r"static unsigned char modcuvilmodel_arena\[MODEL_ARENA_SIZE\]", src)
     assert "malloc" not in src and "m_new" not in src
     readme = files[base / "README.md"]
     assert "make -C $MPY/ports/unix USER_C_MODULES=" in readme
     assert "make -C $MPY/ports/rp2 BOARD=RPI_PICO USER_C_MODULES=" in readme and "micropython.cmake" in readme
+    # what a user needs: the submodules, or the variables that leave btree and TLS out
+    assert "make -C $MPY/ports/unix submodules" in readme
+    assert "MICROPY_PY_BTREE=0 MICROPY_PY_SSL=0" in readme and "lib/micropython-lib" in readme
+    # list of ints on an int8 input: quantized as real numbers, said in the README
+    assert "a list of ints too" in readme
+    assert "RuntimeError" in readme and "MICROPY_PY_THREAD_GIL=0" in readme
     # --name sets the module name
     c2 = compile_model(two_io_model(), name="kws")
     assert {p.name for p in micropython.emit(c2, tmp_path)} >= {"modkws.c", "kws.h"}
+
+
+def test_micropython_names_do_not_clash_with_the_header(tmp_path):
+    """--name kws8: the header owns kws8_*; the module's C names are
+    modkws8_* (MicroPython's build failed with "conflicting types for
+    'kws8_run'" when the module named its run() kws8_run)."""
+    c = compile_model(two_io_model(), name="kws8")
+    src = micropython.emit(c, tmp_path)[tmp_path / "micropython" / "kws8" / "modkws8.c"]
+    code = standins.strip_c(src)
+    defined = set(re.findall(r"^(?:static |const )[^=(;]*?\b(\w+)\s*[\[(=]", code, re.M))
+    defined |= set(re.findall(r"MP_DEFINE_CONST_\w+\((\w+),", code))
+    assert "modkws8_run" in defined and "modkws8_user_cmodule" in defined
+    assert not [d for d in defined if d.startswith(("kws8_", "KWS8_"))], sorted(defined)
+
+
+def test_micropython_module_includes_what_it_uses(compiled, tmp_path):
+    """Every MicroPython name the module uses is declared by a stand-in
+    header the module includes itself (the stand-ins declare what the real
+    header of the same name declares), and by no other name."""
+    decls = standins.per_file(FAKE_MPY)
+    decls["py/qstr.h"] |= {f"MP_QSTR_{n}" for n in ("run", "__name__")}
+    for c in (compiled["int8"], compiled["float"], compile_model(two_io_model(), name="kws8")):
+        src = next(t for p, t in micropython.emit(c, tmp_path).items() if p.name.startswith("mod"))
+        decls["py/qstr.h"] |= {f"MP_QSTR_{n}" for n in re.findall(r"MP_QSTR_(\w+)", src)}
+        assert standins.missing_includes(src, decls, mpy_sdk_name) == {}
+    # the check fails when an include is missing: BYTEARRAY_TYPECODE is py/binary.h's
+    src = src if "BYTEARRAY_TYPECODE" in src else \
+        next(t for p, t in micropython.emit(compiled["int8"], tmp_path).items() if p.name.startswith("mod"))
+    assert standins.missing_includes(src.replace('#include "py/binary.h"\n', ""), decls, mpy_sdk_name) == {
+        "BYTEARRAY_TYPECODE": ["py/binary.h"]}
+    assert standins.missing_includes(src + "\nint x = mp_obj_new_foo();\n", decls, mpy_sdk_name) == {
+        "mp_obj_new_foo": []}
 
 
 def test_micropython_int8_runs(compiled, tmp_path):
@@ -254,15 +318,26 @@ def test_micropython_int8_runs(compiled, tmp_path):
         line, out = mpy_run(exe, tmp_path, kind, [real])
         assert line == "OK b", (kind, line)
         assert np.array_equal(np.frombuffer(out, np.int8).reshape(ref.shape), ref_q), kind
-    # wrong length -> ValueError with the expected size; wrong type -> TypeError
+    # a list of ints is real numbers too (quantized), as the error text and README say
+    ints = rng.integers(-3, 4, tin.shape).astype(np.int32)
+    qi = np.clip(np.rint(ints.astype(np.float32) / np.float32(s_in)) + z_in, -128, 127).astype(np.int8)
+    line, out = mpy_run(exe, tmp_path, "list_i", [ints])
+    assert line == "OK b" and np.array_equal(np.frombuffer(out, np.int8).reshape(ref.shape),
+                                             reference.run(g, {g.inputs[0]: qi})[g.outputs[0]])
+    # wrong length -> ValueError with the expected size; wrong type -> the module's TypeError
     line, _ = mpy_run(exe, tmp_path, "bytes", [x.reshape(-1)[:-1]])
-    assert line.startswith("EXC ValueError:") and f"needs {tin.size} values, got {tin.size - 1}" in line
+    assert line.startswith("EXC ValueError: cuvilmodel.run: input 0") and \
+        f"needs {tin.size} values, got {tin.size - 1}" in line
     line, _ = mpy_run(exe, tmp_path, "list_f", [real.reshape(-1)[:7]])
     assert line.startswith("EXC ValueError:") and f"needs {tin.size} values, got 7" in line
-    line, _ = mpy_run(exe, tmp_path, "array:h", [np.zeros(tin.size, np.int16)])
-    assert line.startswith("EXC TypeError:") and "array('f')" in line
-    line, _ = mpy_run(exe, tmp_path, "none", [x])
-    assert line.startswith("EXC TypeError:")
+    line, _ = mpy_run(exe, tmp_path, "list_bad", [real])
+    assert line.startswith("EXC TypeError: cuvilmodel.run: input 0") and "item 0 is not a number" in line
+    accepted = ("bytes, bytearray, array('b') or array('B') holding quantized int8 values, or array('f') or a "
+                "list/tuple of real numbers, which run() quantizes (ints in a list are real numbers too)")
+    # str offers a buffer in MicroPython: refused all the same (490 characters were taken as input bytes)
+    for kind in ("array:h", "none", "int", "dict", "str"):
+        line, _ = mpy_run(exe, tmp_path, kind, [x])
+        assert line == f"EXC TypeError: cuvilmodel.run: input 0 ({g.inputs[0]}) must be {accepted}", (kind, line)
 
 
 def test_micropython_float_two_io_runs(compiled, tmp_path):
@@ -283,9 +358,10 @@ def test_micropython_float_two_io_runs(compiled, tmp_path):
         np.testing.assert_allclose(y[:6].reshape(2, 3), ref["y"], rtol=1e-5, atol=1e-6)
         assert np.array_equal(y[6:].reshape(2, 7), ref["r"])
     line, _ = mpy_run(exe, tmp_path, "array:f", [xa])
-    assert line.startswith("EXC TypeError:")
+    assert line.startswith("EXC TypeError: function takes")
     line, _ = mpy_run(exe, tmp_path, "bytes", [xa, xb])  # raw bytes are not floats
-    assert line.startswith("EXC TypeError:") and "input 0 (a) must be array('f')" in line
+    assert line == "EXC TypeError: two_io.run: input 0 (a) must be array('f') or a list/tuple of numbers" or \
+        line == "EXC TypeError: cuvilmodel.run: input 0 (a) must be array('f') or a list/tuple of numbers", line
     line, _ = mpy_run(exe, tmp_path, "array:f", [xa, xb[:, :5]])
     assert line.startswith("EXC ValueError:") and "input 1 (b) needs 14 values, got 10" in line
 
@@ -300,6 +376,114 @@ def test_micropython_double_float_port(compiled, tmp_path):
     line, out = mpy_run(exe, tmp_path, "array:b", [x])
     assert line == "OK b"
     assert np.array_equal(np.frombuffer(out, np.int8), reference.run(g, {g.inputs[0]: x})[g.outputs[0]].reshape(-1))
+    s = np.float32(g.tensors[g.inputs[0]].quant.scale[0])
+    real = np.random.default_rng(10).standard_normal(x.shape).astype(np.float32) * s * 50
+    line, out = mpy_run(exe, tmp_path, "list_f", [real])
+    q = np.clip(np.rint(real / s) + int(g.tensors[g.inputs[0]].quant.zero_point[0]), -128, 127).astype(np.int8)
+    assert line == "OK b" and np.array_equal(np.frombuffer(out, np.int8),
+                                             reference.run(g, {g.inputs[0]: q})[g.outputs[0]].reshape(-1))
+
+
+def test_micropython_one_run_at_a_time(compiled, tmp_path):
+    """A run() entered while another is loading its input (another thread on
+    a port without a GIL) gets the module's busy RuntimeError and the first
+    run's result is right; an exception inside run() releases the arena."""
+    c = compiled["int8"]
+    g = c.graph
+    exe, _ = mpy_build(c, tmp_path)
+    tin = g.tensors[g.inputs[0]]
+    s, z = np.float32(tin.quant.scale[0]), int(tin.quant.zero_point[0])
+    real = np.random.default_rng(11).standard_normal(tin.shape).astype(np.float32) * s * 30
+    q = np.clip(np.rint(real / s) + z, -128, 127).astype(np.int8)
+    want = reference.run(g, {g.inputs[0]: q})[g.outputs[0]].reshape(-1)
+    lines, out = mpy_run(exe, tmp_path, "reenter:list_f", [real])
+    assert lines[0] == ("REENTER EXC RuntimeError: cuvilmodel.run: busy: another thread is running cuvilmodel "
+                        "(one arena per model; serialize the calls, e.g. with a _thread lock)"), lines
+    assert lines[1] == "OK b" and np.array_equal(np.frombuffer(out, np.int8), want)
+    lines, out = mpy_run(exe, tmp_path, "release:list_f", [real])
+    assert lines[0].startswith("EXC TypeError: cuvilmodel.run: input 0") and "item 0 is not a number" in lines[0]
+    assert lines[1] == "OK b" and np.array_equal(np.frombuffer(out, np.int8), want)
+
+
+def test_micropython_two_models_in_one_firmware(compiled, tmp_path):
+    """Two modules (--name kws8 and the default) link into one executable and
+    each runs its own model."""
+    a = compile_model(two_io_model(), name="kws8")
+    exe, _ = mpy_build(a, tmp_path, also=[compiled["int8"]])
+    assert mpy_attrs(exe)["__name__"] == "kws8"
+    xa, xb = (np.random.default_rng(s).standard_normal((2, 7)).astype(np.float32) for s in (1, 2))
+    line, out = mpy_run(exe, tmp_path, "array:f", [xa, xb])
+    assert line == "OK tuple f f"
+    assert np.array_equal(np.frombuffer(out, np.float32)[6:].reshape(2, 7), np.maximum(xa, 0))
+    exe2, _ = mpy_build(compiled["int8"], tmp_path / "b", also=[a])
+    g = compiled["int8"].graph
+    x = np.random.default_rng(5).integers(-128, 128, g.tensors[g.inputs[0]].shape).astype(np.int8)
+    line, out = mpy_run(exe2, tmp_path, "bytes", [x])
+    assert line == "OK b" and np.array_equal(np.frombuffer(out, np.int8),
+                                             reference.run(g, {g.inputs[0]: x})[g.outputs[0]].reshape(-1))
+
+
+# Functions MicroPython's lib/libm defines (1c3c201; what the qemu, stm32,
+# samd, nrf and mimxrt ports link with -nostdlib), read from its sources.
+MPY_LIBM = frozenset("""acosf acoshf asinf asinhf atan2f atanf atanhf ceilf copysignf cosf coshf erfcf erff
+expf expm1f floorf fmodf frexpf ldexpf lgammaf log10f log1pf logf modff nearbyintf powf roundf scalbnf sinf
+sinhf sqrtf tanf tanhf tgammaf truncf""".split())
+# What else a Cortex-M3 build of the module may call: libgcc's soft-float,
+# MicroPython's own C library (shared/libc/string0.c) and runtime, and the
+# stand-in port's setjmp NLR and atomic sections.
+LIBGCC_OR_MPY = re.compile(r"^(__aeabi_\w+|__gnu_\w+|memcpy|memset|memmove|memcmp|mp_\w+|nlr_\w+|setjmp|fake_\w+)$")
+
+
+@pytest.mark.parametrize("kind", ["int8", "float"])
+def test_micropython_needs_no_libm_function_minimal_libms_lack(compiled, tmp_path, kind):
+    """The module (with its header) for a Cortex-M3 without FPU, as the qemu
+    port builds it: every undefined symbol is in MicroPython's lib/libm,
+    libgcc or MicroPython itself (lrintf in the quantize helpers was not)."""
+    need("arm-none-eabi-gcc")
+    c = compiled[kind] if kind == "int8" else compile_model(str(ROOT / "examples" / "kws_float.onnx"))
+    write(micropython.emit(c, tmp_path), tmp_path)
+    m = micropython.module_name(c.prefix)
+    d = tmp_path / "micropython" / m
+    gen = tmp_path / "gen"
+    write_qstrdefs([(d / f"mod{m}.c").read_text()], gen)
+    obj = tmp_path / "m.o"
+    r = subprocess.run(["arm-none-eabi-gcc", "-mthumb", "-mcpu=cortex-m3", *MPY_FLAGS, "-fsingle-precision-constant",
+                        "-DNDEBUG", "-I", str(FAKE_MPY), "-I", str(FAKE_MPY / "port"), "-I", str(gen), "-I", str(d), "-c",
+                        str(d / f"mod{m}.c"), "-o", str(obj)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    nm = subprocess.run(["arm-none-eabi-nm", "-u", str(obj)], capture_output=True, text=True, check=True)
+    undefined = {ln.split()[-1] for ln in nm.stdout.splitlines() if ln.strip()}
+    assert undefined, "nm found no undefined symbol: the check would pass vacuously"
+    assert {u for u in undefined if not LIBGCC_OR_MPY.match(u)} <= MPY_LIBM
+
+
+def test_quantize_helpers_round_like_onnx(tmp_path):
+    """model_input_0_quantize (no lrintf) against numpy's QuantizeLinear
+    (float32 division, round half to even, saturate) on ties, ranges and NaN."""
+    x = np.random.default_rng(0).standard_normal((8, 2, 7)).astype(np.float32)
+    c = compile_model(two_io_model(), quantize="int8", calibration={"a": x, "b": x}, io="int8")
+    g = c.graph
+    t = g.tensors[g.inputs[0]]
+    s, z = np.float32(t.quant.scale[0]), int(t.quant.zero_point[0])
+    steps = np.arange(-300, 301, dtype=np.float32) * np.float32(0.5)
+    reals = np.concatenate([steps * s, np.float32([1e30, -1e30, np.inf, -np.inf, np.nan, 0.0, -0.0,
+                                                    65536.5 * s, -70000 * s]),
+                            np.random.default_rng(1).standard_normal(2000).astype(np.float32) * s * 100])
+    reals = reals.astype(np.float32)
+    (tmp_path / "model.h").write_text(c.header)
+    (tmp_path / "in.bin").write_bytes(reals.tobytes())
+    (tmp_path / "q.c").write_text(
+        '#include <stdio.h>\n#include "model.h"\nint main(void)\n{\n    float v;\n    FILE *f = fopen("in.bin", "rb");\n'
+        '    while (fread(&v, 4, 1, f) == 1) {\n        printf("%d\\n", (int)model_input_0_quantize(v));\n    }\n'
+        '    return 0;\n}\n')
+    cc([*WARN, "-pedantic", "q.c", "-o", "q"], cwd=tmp_path)
+    got = np.array(subprocess.run(["./q"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split(),
+                   dtype=np.int64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = np.where(np.isnan(reals), np.float32(0), np.clip(reals / s, -65536, 65536))
+    want = np.clip(np.rint(v) + z, -128, 127).astype(np.int64)
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, [(float(reals[i]), int(got[i]), int(want[i])) for i in bad[:10]]
 
 
 @pytest.mark.parametrize("name,ok", [("model", True), ("kws", True), ("Net2", True), ("class", False),
