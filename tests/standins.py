@@ -78,7 +78,9 @@ def declared(text: str) -> set[str]:
             m = re.search(r"\(\s*\*\s*(\w+)\s*\)\s*\(", st) or re.search(r"(\w+)\s*(\[[^\]]*\])?\s*$", st)
             names.add(m.group(1))
             continue
-        m = re.match(r"(?:[\w\s\*&:<>,]+?)\b(\w+)\s*\(", st)   # a function: the name before '('
+        # a function: the name before the parameter list that ends the
+        # declaration (attribute macros such as __printf_like(1, 2) come earlier)
+        m = re.search(r"\b(\w+)\s*\((?:[^()]|\([^()]*\))*\)\s*$", st)
         if m:
             names.add(m.group(1))
             continue

@@ -4,7 +4,7 @@ lists them) and reaches a generated file.
 
 A model is untrusted input: a tensor named `x */ int evil(void) { ... } /*`
 must stay a name in every file we write (C comments and strings, Markdown,
-YAML/TOML/JSON, Make/CMake/INI comments, Kconfig, Rust), never become code or
+YAML/JSON, Make/CMake/INI comments, Kconfig help, Rust), never become code or
 markup. Templates print such values only through one of these filters (a
 test scans the integration templates for unfiltered ones); Python code that
 builds file contents calls the same functions.
@@ -23,7 +23,7 @@ import json
 from ..codegen.carray import c_comment, c_string
 
 __all__ = ["visible", "c_comment", "c_string", "mp_error_text", "md_code", "md_cell", "hash_comment",
-           "kconfig_str", "kconfig_help", "toml_str", "yaml_str", "json_str", "rust_str", "rust_doc",
+           "kconfig_help", "yaml_str", "json_str", "rust_str", "rust_doc",
            "FILTERS"]
 
 
@@ -82,32 +82,11 @@ def hash_comment(s) -> str:
     return v + " " if v.endswith("\\") else v
 
 
-def kconfig_str(s) -> str:
-    """Body of a Kconfig "..." string (prompt, default): '"' and '\\' escaped,
-    and '$' too -- Kconfig expands $(macro) inside strings (kconfiglib, which
-    Zephyr uses, leaves a backslash-escaped '$' alone)."""
-    return "".join("\\" + ch if ch in '"\\$' else ch for ch in visible(s))
-
-
 def kconfig_help(s) -> str:
     """A word inside a Kconfig help text: help ends at the first line indented
     less than its first line, so the value must stay on its line (help text
     is not macro-expanded)."""
     return visible(s)
-
-
-def toml_str(s) -> str:
-    """A TOML basic string, quotes included: '"', '\\' and control characters
-    escaped (\\uXXXX); other characters as they are (TOML is UTF-8)."""
-    out = []
-    for ch in str(s):
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
 
 
 def json_str(s) -> str:
@@ -141,4 +120,4 @@ def rust_doc(s) -> str:
 
 # Jinja filter name -> function (installed by _pkg.env()).
 FILTERS = {f.__name__: f for f in (visible, c_comment, c_string, mp_error_text, md_code, md_cell, hash_comment,
-                                   kconfig_str, kconfig_help, toml_str, yaml_str, json_str, rust_str, rust_doc)}
+                                   kconfig_help, yaml_str, json_str, rust_str, rust_doc)}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import CuvilError
 from . import _pkg, escape
+from .escape import visible
 
 NAME = "micropython"
 
@@ -46,7 +47,7 @@ def check_name(name: str) -> None:
         why = ("a Python keyword" if keyword.iskeyword(mod)
                else "the name of a MicroPython built-in module" if mod in BUILTIN_MODULES
                else "not an ASCII Python identifier")
-        raise CuvilError(f"--name '{name}': the MicroPython module name '{mod}' (the lower-cased --name) "
+        raise CuvilError(f"--name '{visible(name)}': the MicroPython module name '{visible(mod)}' (the lower-cased --name) "
                          f"must be an ASCII Python identifier that is neither a keyword nor a MicroPython "
                          f"built-in module name; it is {why}")
 
