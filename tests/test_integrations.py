@@ -1021,6 +1021,24 @@ def test_micropython_firmware_example():
     src = (d / "main.py").read_text()
     compile(src, "main.py", "exec")
     assert "import cuvilmodel" in src and "cuvilmodel.run(" in src
+    assert "MICROPY_PY_BTREE=0 MICROPY_PY_SSL=0" in readme and "make -C ports/qemu BOARD=MPS2_AN385" in readme
+
+
+def test_micropython_firmware_example_expected_output():
+    """The README's expected output lines are what main.py prints for the
+    shared KWS model: the reference on main.py's input pattern (quantized by
+    the module), dequantized, formatted as MicroPython's %.4f does (a tie
+    rounds away from zero: 0.03125 -> 0.0313)."""
+    if not sm.available():
+        pytest.skip("shared models not available (../shared/models)")
+    from decimal import ROUND_HALF_UP, Decimal
+    c = compile_model(str(sm.model_path("kws_dscnn")))
+    y, to = _example_reference(c.graph)
+    real = [float(np.float64(to.quant.scale[0]) * (int(q) - int(to.quant.zero_point[0]))) for q in y]
+    shown = [str(Decimal(v).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)) for v in real]
+    readme = (ROOT / "firmware_examples" / "micropython" / "README.md").read_text()
+    assert "output [" + ", ".join(f"'{v}'" for v in shown[:16]) + "]" in readme
+    assert f"argmax {int(np.argmax(real))}" in readme
 
 
 def test_micropython_int8_two_io(tmp_path):
