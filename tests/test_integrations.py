@@ -486,6 +486,13 @@ def test_quantize_helpers_round_like_onnx(tmp_path):
     assert bad.size == 0, [(float(reals[i]), int(got[i]), int(want[i])) for i in bad[:10]]
 
 
+def test_header_usage_comment_declares_the_input_type(compiled):
+    """The usage notes at the top of the header declare `in` with the type
+    of input 0 (an int8 model's said `float *in = (int8_t *)...`)."""
+    for c, ctype in ((compiled["int8"], "int8_t"), (compiled["float"], "float")):
+        assert f"       {ctype} *in = ({ctype} *)model_input(arena, 0);" in c.header.split("*/", 1)[0]
+
+
 @pytest.mark.parametrize("name,ok", [("model", True), ("kws", True), ("Net2", True), ("class", False),
                                      ("Import", False), ("math", False), ("time", False), ("2net", False)])
 def test_micropython_check_name(name, ok):
