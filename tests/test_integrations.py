@@ -29,13 +29,12 @@ MODS = [micropython, zephyr, platformio]
 
 from helpers import make_model, node
 import shared_models as sm
+import standins
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CC = os.environ.get("CC", "cc")
 WARN = ["-Wall", "-Wextra", "-Werror", "-std=c99"]
-# extra warnings of MicroPython's unix port Makefile (CWARN)
-MPY_WARN = WARN + ["-Wpointer-arith", "-Wdouble-promotion", "-Wfloat-conversion", "-Wshadow", "-Wundef"]
 
 
 def two_io_model() -> onnx.ModelProto:
@@ -80,6 +79,12 @@ def _example_reference(g):
 def compiled(tmp_path_factory):
     path, kw = int8_model_path(tmp_path_factory)
     return {"float": compile_model(two_io_model()), "int8": compile_model(path, **kw)}
+
+
+def need(tool: str) -> None:
+    import shutil
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed (make setup installs it)")
 
 
 def write(files: dict, base: Path) -> None:
@@ -145,45 +150,66 @@ def test_readme_lists_model(compiled, mod, tmp_path):
 # MicroPython
 
 FAKE_MPY = HERE / "fake_micropython"
+# The unix port's flags for user C modules (its Makefile's CWARN, -std and -O),
+# plus -Wshadow -Wundef.
+MPY_FLAGS = ["-Wall", "-Werror", "-Wextra", "-Wno-unused-parameter", "-Wpointer-arith", "-Wdouble-promotion",
+             "-Wfloat-conversion", "-std=gnu99", "-Os", "-Wshadow", "-Wundef"]
 
 
-def mpy_build(c, tmp_path, extra=()) -> tuple[Path, Path]:
+def mpy_sdk_name(name: str) -> bool:
+    """An identifier that belongs to MicroPython (the modules' own are mod<m>_...)."""
+    return bool(re.match(r"(mp_|MP_|MICROPY_|nlr_)", name)) or name in ("qstr", "byte", "BYTEARRAY_TYPECODE")
+
+
+def write_qstrdefs(sources: list[str], gen: Path) -> None:
+    """genhdr/qstrdefs.generated.h as MicroPython's makeqstrdata.py writes it
+    (the hash field is not read by the stand-in): every MP_QSTR_ name used."""
+    names = sorted(set().union(*(re.findall(r"MP_QSTR_(\w+)", s) for s in sources)) | {"run"})
+    (gen / "genhdr").mkdir(parents=True, exist_ok=True)
+    (gen / "genhdr" / "qstrdefs.generated.h").write_text(
+        'QDEF0(MP_QSTRnull, 0, 0, "")\n' + "".join(f'QDEF1(MP_QSTR_{n}, 0, {len(n)}, "{n}")\n' for n in names))
+
+
+def mpy_build(c, tmp_path, extra=(), also=()) -> tuple[Path, Path]:
     """Emit the module, compile it against the stand-in headers (warnings are
-    errors) and link it with the driver. Returns (driver exe, module dir)."""
-    files = micropython.emit(c, tmp_path)
-    write(files, tmp_path)
-    m = micropython.module_name(c.prefix)
-    mdir = tmp_path / "micropython" / m
-    src = (mdir / f"mod{m}.c").read_text()
-    # what MicroPython's build does: collect the MP_QSTR_ names
-    names = sorted(set(re.findall(r"MP_QSTR_(\w+)", src)) | {"run"})
-    gen = tmp_path / "genhdr"
-    gen.mkdir(exist_ok=True)
-    (gen / "fake_qstrdefs.h").write_text(
-        "enum { MP_QSTR_NULL, " + "".join(f"MP_QSTR_{n}, " for n in names) + "};\n"
-        "extern const char *const fake_qstr_names[];\n")
-    (gen / "qstrnames.c").write_text(
-        "const char *const fake_qstr_names[] = { \"\", " + "".join(f'"{n}", ' for n in names) + "};\n")
-    inc = ["-I", FAKE_MPY, "-I", gen, "-I", mdir]
-    obj = tmp_path / "mod.o"
-    cc([*MPY_WARN, *extra, *inc, "-c", mdir / f"mod{m}.c", "-o", obj])
-    exe = tmp_path / "driver"
-    cc(["-std=c99", "-O1", *extra, *inc, f"-DMOD_OBJ={m}_user_cmodule", FAKE_MPY / "driver.c", gen / "qstrnames.c",
-        obj, "-o", exe, "-lm"])
-    return exe, mdir
+    errors) and link it with the driver; `also`: more compiled models linked
+    into the same executable (two models in one firmware). Returns (driver
+    exe, module dir)."""
+    mods = []
+    for k in (c, *also):
+        write(micropython.emit(k, tmp_path), tmp_path)
+        m = micropython.module_name(k.prefix)
+        mods.append((m, tmp_path / "micropython" / m))
+    gen = tmp_path / "gen"
+    write_qstrdefs([(d / f"mod{m}.c").read_text() for m, d in mods], gen)
+    inc = ["-I", FAKE_MPY, "-I", FAKE_MPY / "port", "-I", gen]
+    objs = []
+    for m, d in mods:
+        obj = tmp_path / f"mod{m}.o"
+        cc([*MPY_FLAGS, *extra, *inc, "-I", d, "-c", d / f"mod{m}.c", "-o", obj])
+        objs.append(obj)
+    exe = tmp_path / f"driver_{mods[0][0]}"
+    cc(["-std=c99", "-O1", *extra, *inc, f"-DMOD_OBJ={micropython.c_prefix(mods[0][0])}_user_cmodule",
+        FAKE_MPY / "driver.c", *objs, "-o", exe, "-lm"])
+    return exe, mods[0][1]
 
 
 def mpy_run(exe, tmp_path, kind, arrays):
+    """(first line of the driver's output, output bytes); the whole output is
+    in the line list when more lines come (release:/reenter: kinds)."""
     ins = []
     for i, a in enumerate(arrays):
         p = tmp_path / f"in{i}.bin"
         p.write_bytes(np.ascontiguousarray(a).tobytes())
         ins.append(p)
     out = tmp_path / "out.bin"
+    if out.exists():
+        out.unlink()
     r = subprocess.run([exe, kind, out, *ins], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    line = r.stdout.strip()
-    return line, (out.read_bytes() if line.startswith("OK") else b"")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    ok = [ln for ln in lines if ln.startswith("OK")]
+    return (lines[0] if len(lines) == 1 else lines), (out.read_bytes() if ok else b"")
 
 
 def mpy_attrs(exe) -> dict:
@@ -213,16 +239,54 @@ def test_micropython_layout(compiled, tmp_path):
     assert "target_link_libraries(usermod INTERFACE usermod_cuvilmodel)" in cm
     src = files[base / "modcuvilmodel.c"]
     assert "#define MODEL_IMPLEMENTATION" in src and '#include "model.h"' in src
-    assert "MP_REGISTER_MODULE(MP_QSTR_cuvilmodel, cuvilmodel_user_cmodule);" in src
-    assert "static MP_DEFINE_CONST_FUN_OBJ_1(cuvilmodel_run_obj, cuvilmodel_run);" in src
-    assert re.search(r"static unsigned char cuvilmodel_arena\[MODEL_ARENA_SIZE\]", src)
+    assert "MP_REGISTER_MODULE(MP_QSTR_cuvilmodel, modcuvilmodel_user_cmodule);" in src
+    assert "static MP_DEFINE_CONST_FUN_OBJ_1(modcuvilmodel_run_obj, modcuvilmodel_run);" in src
+    assert re.search(r"static unsigned char modcuvilmodel_arena\[MODEL_ARENA_SIZE\]", src)
     assert "malloc" not in src and "m_new" not in src
     readme = files[base / "README.md"]
     assert "make -C $MPY/ports/unix USER_C_MODULES=" in readme
     assert "make -C $MPY/ports/rp2 BOARD=RPI_PICO USER_C_MODULES=" in readme and "micropython.cmake" in readme
+    # what a user needs: the submodules, or the variables that leave btree and TLS out
+    assert "make -C $MPY/ports/unix submodules" in readme
+    assert "MICROPY_PY_BTREE=0 MICROPY_PY_SSL=0" in readme and "lib/micropython-lib" in readme
+    # list of ints on an int8 input: quantized as real numbers, said in the README
+    assert "a list of ints too" in readme
+    assert "RuntimeError" in readme and "MICROPY_PY_THREAD_GIL=0" in readme
     # --name sets the module name
     c2 = compile_model(two_io_model(), name="kws")
     assert {p.name for p in micropython.emit(c2, tmp_path)} >= {"modkws.c", "kws.h"}
+
+
+def test_micropython_names_do_not_clash_with_the_header(tmp_path):
+    """--name kws8: the header owns kws8_*; the module's C names are
+    modkws8_* (MicroPython's build failed with "conflicting types for
+    'kws8_run'" when the module named its run() kws8_run)."""
+    c = compile_model(two_io_model(), name="kws8")
+    src = micropython.emit(c, tmp_path)[tmp_path / "micropython" / "kws8" / "modkws8.c"]
+    code = standins.strip_c(src)
+    defined = set(re.findall(r"^(?:static |const )[^=(;]*?\b(\w+)\s*[\[(=]", code, re.M))
+    defined |= set(re.findall(r"MP_DEFINE_CONST_\w+\((\w+),", code))
+    assert "modkws8_run" in defined and "modkws8_user_cmodule" in defined
+    assert not [d for d in defined if d.startswith(("kws8_", "KWS8_"))], sorted(defined)
+
+
+def test_micropython_module_includes_what_it_uses(compiled, tmp_path):
+    """Every MicroPython name the module uses is declared by a stand-in
+    header the module includes itself (the stand-ins declare what the real
+    header of the same name declares), and by no other name."""
+    decls = standins.per_file(FAKE_MPY)
+    decls["py/qstr.h"] |= {f"MP_QSTR_{n}" for n in ("run", "__name__")}
+    for c in (compiled["int8"], compiled["float"], compile_model(two_io_model(), name="kws8")):
+        src = next(t for p, t in micropython.emit(c, tmp_path).items() if p.name.startswith("mod"))
+        decls["py/qstr.h"] |= {f"MP_QSTR_{n}" for n in re.findall(r"MP_QSTR_(\w+)", src)}
+        assert standins.missing_includes(src, decls, mpy_sdk_name) == {}
+    # the check fails when an include is missing: BYTEARRAY_TYPECODE is py/binary.h's
+    src = src if "BYTEARRAY_TYPECODE" in src else \
+        next(t for p, t in micropython.emit(compiled["int8"], tmp_path).items() if p.name.startswith("mod"))
+    assert standins.missing_includes(src.replace('#include "py/binary.h"\n', ""), decls, mpy_sdk_name) == {
+        "BYTEARRAY_TYPECODE": ["py/binary.h"]}
+    assert standins.missing_includes(src + "\nint x = mp_obj_new_foo();\n", decls, mpy_sdk_name) == {
+        "mp_obj_new_foo": []}
 
 
 def test_micropython_int8_runs(compiled, tmp_path):
@@ -254,15 +318,26 @@ def test_micropython_int8_runs(compiled, tmp_path):
         line, out = mpy_run(exe, tmp_path, kind, [real])
         assert line == "OK b", (kind, line)
         assert np.array_equal(np.frombuffer(out, np.int8).reshape(ref.shape), ref_q), kind
-    # wrong length -> ValueError with the expected size; wrong type -> TypeError
+    # a list of ints is real numbers too (quantized), as the error text and README say
+    ints = rng.integers(-3, 4, tin.shape).astype(np.int32)
+    qi = np.clip(np.rint(ints.astype(np.float32) / np.float32(s_in)) + z_in, -128, 127).astype(np.int8)
+    line, out = mpy_run(exe, tmp_path, "list_i", [ints])
+    assert line == "OK b" and np.array_equal(np.frombuffer(out, np.int8).reshape(ref.shape),
+                                             reference.run(g, {g.inputs[0]: qi})[g.outputs[0]])
+    # wrong length -> ValueError with the expected size; wrong type -> the module's TypeError
     line, _ = mpy_run(exe, tmp_path, "bytes", [x.reshape(-1)[:-1]])
-    assert line.startswith("EXC ValueError:") and f"needs {tin.size} values, got {tin.size - 1}" in line
+    assert line.startswith("EXC ValueError: cuvilmodel.run: input 0") and \
+        f"needs {tin.size} values, got {tin.size - 1}" in line
     line, _ = mpy_run(exe, tmp_path, "list_f", [real.reshape(-1)[:7]])
     assert line.startswith("EXC ValueError:") and f"needs {tin.size} values, got 7" in line
-    line, _ = mpy_run(exe, tmp_path, "array:h", [np.zeros(tin.size, np.int16)])
-    assert line.startswith("EXC TypeError:") and "array('f')" in line
-    line, _ = mpy_run(exe, tmp_path, "none", [x])
-    assert line.startswith("EXC TypeError:")
+    line, _ = mpy_run(exe, tmp_path, "list_bad", [real])
+    assert line.startswith("EXC TypeError: cuvilmodel.run: input 0") and "item 0 is not a number" in line
+    accepted = ("bytes, bytearray, array('b') or array('B') holding quantized int8 values, or array('f') or a "
+                "list/tuple of real numbers, which run() quantizes (ints in a list are real numbers too)")
+    # str offers a buffer in MicroPython: refused all the same (490 characters were taken as input bytes)
+    for kind in ("array:h", "none", "int", "dict", "str"):
+        line, _ = mpy_run(exe, tmp_path, kind, [x])
+        assert line == f"EXC TypeError: cuvilmodel.run: input 0 ({g.inputs[0]}) must be {accepted}", (kind, line)
 
 
 def test_micropython_float_two_io_runs(compiled, tmp_path):
@@ -283,9 +358,10 @@ def test_micropython_float_two_io_runs(compiled, tmp_path):
         np.testing.assert_allclose(y[:6].reshape(2, 3), ref["y"], rtol=1e-5, atol=1e-6)
         assert np.array_equal(y[6:].reshape(2, 7), ref["r"])
     line, _ = mpy_run(exe, tmp_path, "array:f", [xa])
-    assert line.startswith("EXC TypeError:")
+    assert line.startswith("EXC TypeError: function takes")
     line, _ = mpy_run(exe, tmp_path, "bytes", [xa, xb])  # raw bytes are not floats
-    assert line.startswith("EXC TypeError:") and "input 0 (a) must be array('f')" in line
+    assert line == "EXC TypeError: two_io.run: input 0 (a) must be array('f') or a list/tuple of numbers" or \
+        line == "EXC TypeError: cuvilmodel.run: input 0 (a) must be array('f') or a list/tuple of numbers", line
     line, _ = mpy_run(exe, tmp_path, "array:f", [xa, xb[:, :5]])
     assert line.startswith("EXC ValueError:") and "input 1 (b) needs 14 values, got 10" in line
 
@@ -300,6 +376,121 @@ def test_micropython_double_float_port(compiled, tmp_path):
     line, out = mpy_run(exe, tmp_path, "array:b", [x])
     assert line == "OK b"
     assert np.array_equal(np.frombuffer(out, np.int8), reference.run(g, {g.inputs[0]: x})[g.outputs[0]].reshape(-1))
+    s = np.float32(g.tensors[g.inputs[0]].quant.scale[0])
+    real = np.random.default_rng(10).standard_normal(x.shape).astype(np.float32) * s * 50
+    line, out = mpy_run(exe, tmp_path, "list_f", [real])
+    q = np.clip(np.rint(real / s) + int(g.tensors[g.inputs[0]].quant.zero_point[0]), -128, 127).astype(np.int8)
+    assert line == "OK b" and np.array_equal(np.frombuffer(out, np.int8),
+                                             reference.run(g, {g.inputs[0]: q})[g.outputs[0]].reshape(-1))
+
+
+def test_micropython_one_run_at_a_time(compiled, tmp_path):
+    """A run() entered while another is loading its input (another thread on
+    a port without a GIL) gets the module's busy RuntimeError and the first
+    run's result is right; an exception inside run() releases the arena."""
+    c = compiled["int8"]
+    g = c.graph
+    exe, _ = mpy_build(c, tmp_path)
+    tin = g.tensors[g.inputs[0]]
+    s, z = np.float32(tin.quant.scale[0]), int(tin.quant.zero_point[0])
+    real = np.random.default_rng(11).standard_normal(tin.shape).astype(np.float32) * s * 30
+    q = np.clip(np.rint(real / s) + z, -128, 127).astype(np.int8)
+    want = reference.run(g, {g.inputs[0]: q})[g.outputs[0]].reshape(-1)
+    lines, out = mpy_run(exe, tmp_path, "reenter:list_f", [real])
+    assert lines[0] == ("REENTER EXC RuntimeError: cuvilmodel.run: busy: another thread is running cuvilmodel "
+                        "(one arena per model; serialize the calls, e.g. with a _thread lock)"), lines
+    assert lines[1] == "OK b" and np.array_equal(np.frombuffer(out, np.int8), want)
+    lines, out = mpy_run(exe, tmp_path, "release:list_f", [real])
+    assert lines[0].startswith("EXC TypeError: cuvilmodel.run: input 0") and "item 0 is not a number" in lines[0]
+    assert lines[1] == "OK b" and np.array_equal(np.frombuffer(out, np.int8), want)
+
+
+def test_micropython_two_models_in_one_firmware(compiled, tmp_path):
+    """Two modules (--name kws8 and the default) link into one executable and
+    each runs its own model."""
+    a = compile_model(two_io_model(), name="kws8")
+    exe, _ = mpy_build(a, tmp_path, also=[compiled["int8"]])
+    assert mpy_attrs(exe)["__name__"] == "kws8"
+    xa, xb = (np.random.default_rng(s).standard_normal((2, 7)).astype(np.float32) for s in (1, 2))
+    line, out = mpy_run(exe, tmp_path, "array:f", [xa, xb])
+    assert line == "OK tuple f f"
+    assert np.array_equal(np.frombuffer(out, np.float32)[6:].reshape(2, 7), np.maximum(xa, 0))
+    exe2, _ = mpy_build(compiled["int8"], tmp_path / "b", also=[a])
+    g = compiled["int8"].graph
+    x = np.random.default_rng(5).integers(-128, 128, g.tensors[g.inputs[0]].shape).astype(np.int8)
+    line, out = mpy_run(exe2, tmp_path, "bytes", [x])
+    assert line == "OK b" and np.array_equal(np.frombuffer(out, np.int8),
+                                             reference.run(g, {g.inputs[0]: x})[g.outputs[0]].reshape(-1))
+
+
+# Functions MicroPython's lib/libm defines (1c3c201; what the qemu, stm32,
+# samd, nrf and mimxrt ports link with -nostdlib), read from its sources.
+MPY_LIBM = frozenset("""acosf acoshf asinf asinhf atan2f atanf atanhf ceilf copysignf cosf coshf erfcf erff
+expf expm1f floorf fmodf frexpf ldexpf lgammaf log10f log1pf logf modff nearbyintf powf roundf scalbnf sinf
+sinhf sqrtf tanf tanhf tgammaf truncf""".split())
+# What else a Cortex-M3 build of the module may call: libgcc's soft-float,
+# MicroPython's own C library (shared/libc/string0.c) and runtime, and the
+# stand-in port's setjmp NLR and atomic sections.
+LIBGCC_OR_MPY = re.compile(r"^(__aeabi_\w+|__gnu_\w+|memcpy|memset|memmove|memcmp|mp_\w+|nlr_\w+|setjmp|fake_\w+)$")
+
+
+@pytest.mark.parametrize("kind", ["int8", "float"])
+def test_micropython_needs_no_libm_function_minimal_libms_lack(compiled, tmp_path, kind):
+    """The module (with its header) for a Cortex-M3 without FPU, as the qemu
+    port builds it: every undefined symbol is in MicroPython's lib/libm,
+    libgcc or MicroPython itself (lrintf in the quantize helpers was not)."""
+    need("arm-none-eabi-gcc")
+    c = compiled[kind] if kind == "int8" else compile_model(str(ROOT / "examples" / "kws_float.onnx"))
+    write(micropython.emit(c, tmp_path), tmp_path)
+    m = micropython.module_name(c.prefix)
+    d = tmp_path / "micropython" / m
+    gen = tmp_path / "gen"
+    write_qstrdefs([(d / f"mod{m}.c").read_text()], gen)
+    obj = tmp_path / "m.o"
+    r = subprocess.run(["arm-none-eabi-gcc", "-mthumb", "-mcpu=cortex-m3", *MPY_FLAGS, "-fsingle-precision-constant",
+                        "-DNDEBUG", "-I", str(FAKE_MPY), "-I", str(FAKE_MPY / "port"), "-I", str(gen), "-I", str(d), "-c",
+                        str(d / f"mod{m}.c"), "-o", str(obj)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    nm = subprocess.run(["arm-none-eabi-nm", "-u", str(obj)], capture_output=True, text=True, check=True)
+    undefined = {ln.split()[-1] for ln in nm.stdout.splitlines() if ln.strip()}
+    assert undefined, "nm found no undefined symbol: the check would pass vacuously"
+    assert {u for u in undefined if not LIBGCC_OR_MPY.match(u)} <= MPY_LIBM
+
+
+def test_quantize_helpers_round_like_onnx(tmp_path):
+    """model_input_0_quantize (no lrintf) against numpy's QuantizeLinear
+    (float32 division, round half to even, saturate) on ties, ranges and NaN."""
+    x = np.random.default_rng(0).standard_normal((8, 2, 7)).astype(np.float32)
+    c = compile_model(two_io_model(), quantize="int8", calibration={"a": x, "b": x}, io="int8")
+    g = c.graph
+    t = g.tensors[g.inputs[0]]
+    s, z = np.float32(t.quant.scale[0]), int(t.quant.zero_point[0])
+    steps = np.arange(-300, 301, dtype=np.float32) * np.float32(0.5)
+    reals = np.concatenate([steps * s, np.float32([1e30, -1e30, np.inf, -np.inf, np.nan, 0.0, -0.0,
+                                                    65536.5 * s, -70000 * s]),
+                            np.random.default_rng(1).standard_normal(2000).astype(np.float32) * s * 100])
+    reals = reals.astype(np.float32)
+    (tmp_path / "model.h").write_text(c.header)
+    (tmp_path / "in.bin").write_bytes(reals.tobytes())
+    (tmp_path / "q.c").write_text(
+        '#include <stdio.h>\n#include "model.h"\nint main(void)\n{\n    float v;\n    FILE *f = fopen("in.bin", "rb");\n'
+        '    while (fread(&v, 4, 1, f) == 1) {\n        printf("%d\\n", (int)model_input_0_quantize(v));\n    }\n'
+        '    return 0;\n}\n')
+    cc([*WARN, "-pedantic", "q.c", "-o", "q"], cwd=tmp_path)
+    got = np.array(subprocess.run(["./q"], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split(),
+                   dtype=np.int64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = np.where(np.isnan(reals), np.float32(0), np.clip(reals / s, -65536, 65536))
+    want = np.clip(np.rint(v) + z, -128, 127).astype(np.int64)
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, [(float(reals[i]), int(got[i]), int(want[i])) for i in bad[:10]]
+
+
+def test_header_usage_comment_declares_the_input_type(compiled):
+    """The usage notes at the top of the header declare `in` with the type
+    of input 0 (an int8 model's said `float *in = (int8_t *)...`)."""
+    for c, ctype in ((compiled["int8"], "int8_t"), (compiled["float"], "float")):
+        assert f"       {ctype} *in = ({ctype} *)model_input(arena, 0);" in c.header.split("*/", 1)[0]
 
 
 @pytest.mark.parametrize("name,ok", [("model", True), ("kws", True), ("Net2", True), ("class", False),
@@ -318,33 +509,111 @@ def test_micropython_check_name(name, ok):
 FAKE_ZEPHYR = HERE / "fake_zephyr"
 SAMPLE = ROOT / "firmware_examples" / "zephyr"
 
+# zephyr/module.yml as Zephyr's scripts/zephyr_module.py validates it (its
+# pykwalify METADATA_SCHEMA): key -> type, a dict for a nested map, [type]
+# for a sequence. Keys outside the schema are errors, as in pykwalify.
+MODULE_YML = {
+    "name": str,
+    "build": {"cmake": str, "kconfig": str, "cmake-ext": bool, "kconfig-ext": bool, "sysbuild-cmake": str,
+              "sysbuild-kconfig": str, "sysbuild-cmake-ext": bool, "sysbuild-kconfig-ext": bool,
+              "depends": [str],
+              "settings": {"board_root": str, "dts_root": str, "soc_root": str, "arch_root": str,
+                           "module_ext_root": str, "sca_root": str}},
+    "tests": [str], "samples": [str], "boards": [str],
+    "blobs": [{"path": str, "sha256": str, "type": str, "version": str, "license-path": str, "url": str,
+               "description": str, "doc-url": str}],
+}
+BLOB_REQUIRED = {"path", "sha256", "type", "version", "license-path", "url", "description"}
 
-def kconfig_entries(text: str) -> dict:
-    """A small structural check of Kconfig syntax: every config/menuconfig has
-    an indented type line; choice/endchoice and if/endif balance. Returns
-    symbol -> its (stripped) property lines."""
-    entries, cur, stack = {}, None, []
-    for ln in text.splitlines():
-        if not ln.strip() or ln.lstrip().startswith("#"):
-            continue
-        if not ln[0].isspace():
-            word = ln.split()[0]
-            cur = None
-            if word in ("config", "menuconfig"):
-                cur = entries.setdefault(ln.split()[1], [])
-            elif word in ("choice", "if", "menu"):
-                stack.append(word)
-            elif word in ("endchoice", "endif", "endmenu"):
-                assert stack and stack.pop() == word[3:], f"unbalanced {word}"
-            else:
-                assert word in ("source", "rsource", "osource", "comment", "mainmenu"), f"unknown Kconfig word {word}"
-        elif cur is not None:
-            cur.append(ln.strip())
-    assert not stack, f"unclosed {stack}"
-    for sym, props in entries.items():
-        types = [p for p in props if p.split()[0] in ("bool", "string", "int", "hex", "tristate")]
-        assert len(types) == 1, f"{sym}: {len(types)} type lines"
-    return entries
+
+def _schema_errors(value, schema, where="") -> list[str]:
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return [f"{where or 'document'}: a map is required, got {type(value).__name__}"]
+        errs = [f"{where}{k}: key not in the schema" for k in value if k not in schema]
+        for k, v in value.items():
+            if k in schema:
+                errs += _schema_errors(v, schema[k], f"{where}{k}.")
+        return errs
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return [f"{where[:-1]}: a sequence is required"]
+        return [e for i, v in enumerate(value) for e in _schema_errors(v, schema[0], f"{where}{i}.")]
+    return [] if isinstance(value, schema) else [f"{where[:-1]}: {schema.__name__} required, got {value!r}"]
+
+
+def zephyr_module(module_root: Path) -> dict:
+    """What Zephyr's build reads from a module: zephyr/module.yml checked
+    against the schema, 'cmake' a folder holding a CMakeLists.txt, 'kconfig'
+    a file; returns the metadata with 'name-sanitized' added."""
+    yaml = pytest.importorskip("yaml")
+    meta = yaml.safe_load((module_root / "zephyr" / "module.yml").read_text())
+    errs = _schema_errors(meta, MODULE_YML)
+    for i, b in enumerate(meta.get("blobs", [])):
+        errs += [f"blobs.{i}.{k}: required" for k in BLOB_REQUIRED - set(b)]
+    assert not errs, errs
+    build = meta.get("build", {})
+    if "cmake" in build:
+        assert (module_root / build["cmake"] / "CMakeLists.txt").is_file(), "cmake: no CMakeLists.txt there"
+    if "kconfig" in build:
+        assert (module_root / build["kconfig"]).is_file(), "kconfig: no such file"
+    meta.setdefault("name", module_root.name)
+    meta["name-sanitized"] = re.sub("[^a-zA-Z0-9]", "_", meta["name"])
+    return meta
+
+
+def kconfig_modules_snippet(module_roots: list[Path]) -> str:
+    """The Kconfig.modules file Zephyr's build writes for its modules: per
+    module a menu sourcing the module's Kconfig and a ZEPHYR_<NAME>_MODULE
+    symbol."""
+    out = []
+    for root in module_roots:
+        meta = zephyr_module(root)
+        kfile = (root / meta.get("build", {}).get("kconfig", "zephyr/Kconfig")).resolve()
+        out += [f'menu "{meta["name"]} ({root.as_posix()})"', f'osource "{kfile.as_posix()}"',
+                f'config ZEPHYR_{meta["name-sanitized"].upper()}_MODULE', "\tbool", "\tdefault y", "endmenu", ""]
+    return "\n".join(out)
+
+
+def kconfig_load(module_roots: list[Path], build: Path, conf: str | None = None, chosen: dict | None = None):
+    """Zephyr's configuration step with kconfiglib (the parser Zephyr uses):
+    the stand-in Kconfig.zephyr, the modules' Kconfig files through
+    Kconfig.modules, Zephyr's preprocessor functions (stand-in
+    kconfigfunctions.py over `chosen`), then prj.conf `conf`. Any warning
+    (undefined symbol, bad value, ...) fails the test."""
+    kconfiglib = pytest.importorskip("kconfiglib")
+    fn_dir = str(FAKE_ZEPHYR / "scripts" / "kconfig")
+    if fn_dir not in sys.path:
+        sys.path.insert(0, fn_dir)
+    import kconfigfunctions
+    kconfigfunctions.CHOSEN.clear()
+    kconfigfunctions.CHOSEN.update(chosen or {})
+    build.mkdir(parents=True, exist_ok=True)
+    (build / "Kconfig.modules").write_text(kconfig_modules_snippet(module_roots))
+    old = {k: os.environ.get(k) for k in ("KCONFIG_BINARY_DIR", "KCONFIG_WARN_UNDEF", "KCONFIG_FUNCTIONS")}
+    os.environ.update(KCONFIG_BINARY_DIR=str(build), KCONFIG_WARN_UNDEF="y", KCONFIG_FUNCTIONS="kconfigfunctions")
+    try:
+        k = kconfiglib.Kconfig(str(FAKE_ZEPHYR / "Kconfig.zephyr"), warn_to_stderr=False)
+        if conf is not None:
+            (build / "prj.conf").write_text(conf)
+            k.load_config(str(build / "prj.conf"))
+    finally:
+        for key, v in old.items():
+            os.environ.pop(key, None) if v is None else os.environ.__setitem__(key, v)
+    assert not k.warnings, k.warnings
+    return k
+
+
+def autoconf(module_roots, build: Path, conf: str, chosen=None) -> Path:
+    """build/autoconf.h as Zephyr's build writes it (kconfiglib's
+    write_autoconf) for prj.conf `conf`; compile with -imacros it."""
+    k = kconfig_load(module_roots, build, conf, chosen)
+    k.write_autoconf(str(build / "autoconf.h"))
+    return build / "autoconf.h"
+
+
+def zephyr_sdk_name(name: str) -> bool:
+    return bool(re.match(r"(k_|printk$|vprintk$|arch_|sys_clock|z_|Z_)", name))
 
 
 def test_zephyr_layout(compiled, tmp_path):
@@ -355,23 +624,14 @@ def test_zephyr_layout(compiled, tmp_path):
         ["zephyr/module.yml", "CMakeLists.txt", "Kconfig", "include/model.h", "include/cuvil_model.h",
          "src/model.c", "README.md"])
     write(files, tmp_path)
-    yaml = pytest.importorskip("yaml")
-    meta = yaml.safe_load(files[root / "zephyr" / "module.yml"])
-    assert meta["name"] == "cuvil_model"
-    assert (root / meta["build"]["cmake"] / "CMakeLists.txt").is_file()
-    assert (root / meta["build"]["kconfig"]).is_file()
+    meta = zephyr_module(root)
+    assert meta["name"] == "cuvil_model" and meta["build"] == {"cmake": ".", "kconfig": "Kconfig"}
     cm = [ln.strip() for ln in files[root / "CMakeLists.txt"].splitlines() if ln.strip() and not ln.startswith("#")]
     assert cm[0] == "if(CONFIG_CUVIL_MODEL_MODEL)" and cm[-1] == "endif()"
     assert "zephyr_library_named(cuvil_model)" in cm and "zephyr_include_directories(include)" in cm
     srcs = [re.fullmatch(r"zephyr_library_sources\((.*)\)", ln) for ln in cm]
     srcs = [s.group(1) for s in srcs if s]
     assert srcs == ["src/model.c"] and (root / srcs[0]).is_file()
-    k = kconfig_entries(files[root / "Kconfig"])
-    assert "bool" in k["CUVIL_MODEL_MODEL"][0]
-    for choice in ("BSS", "NOINIT", "DTCM", "CUSTOM"):
-        assert any(p.startswith("bool") for p in k[f"CUVIL_MODEL_MODEL_ARENA_{choice}"])
-    assert "depends on $(dt_chosen_enabled,zephyr,dtcm)" in k["CUVIL_MODEL_MODEL_ARENA_DTCM"]
-    assert any(p.startswith("string") for p in k["CUVIL_MODEL_MODEL_ARENA_SECTION"])
     src = files[root / "src" / "model.c"]
     assert "#define MODEL_IMPLEMENTATION" in src and "CONFIG_CUVIL_MODEL_MODEL_ARENA_SECTION" in src
     # the README's command names the board's Zephyr name
@@ -381,35 +641,106 @@ def test_zephyr_layout(compiled, tmp_path):
     assert "CONFIG_CUVIL_MODEL_KWS=y" in readme
 
 
-@pytest.mark.parametrize("placement,section", [("BSS", None), ("NOINIT", ".noinit.cuvil_model_arena"),
-                                               ("DTCM", ".dtcm_bss.cuvil_model_arena"), ("CUSTOM", ".sram2")])
-def test_zephyr_module_compiles(compiled, tmp_path, placement, section):
+def test_zephyr_module_yml_check_can_fail(tmp_path):
+    """The schema check refuses what zephyr_module.py refuses."""
+    root = tmp_path / "m"
+    (root / "zephyr").mkdir(parents=True)
+    for text, why in (("name: x\nbuild:\n  cmake: .\n  kconfg: Kconfig\n", "build.kconfg: key not in the schema"),
+                      ("name: [x]\n", "name: str required"),
+                      ("build:\n  depends: x\n", "build.depends: a sequence is required"),
+                      ("build:\n  cmake: nowhere\n", "cmake: no CMakeLists.txt there")):
+        (root / "zephyr" / "module.yml").write_text(text)
+        with pytest.raises(AssertionError, match=re.escape(why)):
+            zephyr_module(root)
+
+
+def test_zephyr_kconfig_with_kconfiglib(compiled, tmp_path):
+    """The module's Kconfig, parsed by kconfiglib inside the stand-in Zephyr
+    tree: the model is off until prj.conf enables it; the arena placement
+    choice and its section name; DTCM offered only when the devicetree
+    chooses an enabled zephyr,dtcm; two models side by side."""
+    write(zephyr.emit(compiled["int8"], tmp_path), tmp_path)
+    write(zephyr.emit(compile_model(two_io_model(), name="kws8"), tmp_path), tmp_path)
+    roots = [tmp_path / "zephyr" / "model", tmp_path / "zephyr" / "kws8"]
+    k = kconfig_load(roots, tmp_path / "b0")
+    assert k.syms["ZEPHYR_CUVIL_MODEL_MODULE"].str_value == "y" and k.syms["ZEPHYR_CUVIL_KWS8_MODULE"].str_value == "y"
+    assert k.syms["CUVIL_MODEL_MODEL"].str_value == "n" and k.syms["CUVIL_MODEL_KWS8"].str_value == "n"
+    assert "The neural network" in k.syms["CUVIL_MODEL_MODEL"].nodes[0].help
+
+    def section(conf, chosen=None, name="MODEL"):
+        kk = kconfig_load(roots, tmp_path / "b1", conf, chosen)
+        choice = kk.syms[f"CUVIL_MODEL_{name}_ARENA_BSS"].choice
+        return (choice.selection.name.rsplit("_", 1)[-1], kk.syms[f"CUVIL_MODEL_{name}_ARENA_SECTION"].str_value,
+                kk.syms[f"CUVIL_MODEL_{name}_ARENA_DTCM"].visibility)
+
+    on = "CONFIG_CUVIL_MODEL_MODEL=y\n"
+    assert section(on) == ("BSS", "", 0)
+    assert section(on + "CONFIG_CUVIL_MODEL_MODEL_ARENA_NOINIT=y\n") == ("NOINIT", ".noinit.cuvil_model_arena", 0)
+    # DTCM: not selectable (kconfiglib keeps the default) without a chosen zephyr,dtcm
+    kk = kconfig_load(roots, tmp_path / "b2", on)
+    dtcm = kk.syms["CUVIL_MODEL_MODEL_ARENA_DTCM"]
+    assert dtcm.visibility == 0 and not dtcm.set_value(2) or dtcm.str_value == "n"
+    assert section(on + "CONFIG_CUVIL_MODEL_MODEL_ARENA_DTCM=y\n", {"zephyr,dtcm": True}) == \
+        ("DTCM", ".dtcm_bss.cuvil_model_arena", 2)
+    assert section(on + "CONFIG_CUVIL_MODEL_MODEL_ARENA_DTCM=y\n", {"zephyr,dtcm": False})[0] == "BSS"
+    assert section(on + 'CONFIG_CUVIL_MODEL_MODEL_ARENA_CUSTOM=y\nCONFIG_CUVIL_MODEL_MODEL_ARENA_SECTION=".sram2"\n') \
+        == ("CUSTOM", ".sram2", 0)
+    # the two models configure independently
+    assert section("CONFIG_CUVIL_MODEL_KWS8=y\nCONFIG_CUVIL_MODEL_KWS8_ARENA_NOINIT=y\n" + on, name="KWS8")[:2] == \
+        ("NOINIT", ".noinit.cuvil_kws8_arena")
+
+
+@pytest.mark.parametrize("placement,conf,section", [
+    ("BSS", "", None), ("NOINIT", "CONFIG_CUVIL_MODEL_MODEL_ARENA_NOINIT=y\n", ".noinit.cuvil_model_arena"),
+    ("DTCM", "CONFIG_CUVIL_MODEL_MODEL_ARENA_DTCM=y\n", ".dtcm_bss.cuvil_model_arena"),
+    ("CUSTOM", 'CONFIG_CUVIL_MODEL_MODEL_ARENA_CUSTOM=y\nCONFIG_CUVIL_MODEL_MODEL_ARENA_SECTION=".sram2"\n', ".sram2")])
+def test_zephyr_module_compiles(compiled, tmp_path, placement, conf, section):
+    """src/model.c with the autoconf.h kconfiglib writes for each placement
+    (-imacros, as Zephyr's build): the arena lands in the chosen section."""
     c = compiled["int8"]
     write(zephyr.emit(c, tmp_path), tmp_path)
     root = tmp_path / "zephyr" / "model"
-    defs = ["-DCONFIG_CUVIL_MODEL_MODEL=1", f"-DCONFIG_CUVIL_MODEL_MODEL_ARENA_{placement}=1"]
-    if section:
-        defs.append(f'-DCONFIG_CUVIL_MODEL_MODEL_ARENA_SECTION="{section}"')
+    ac = autoconf([root], tmp_path / "build", "CONFIG_CUVIL_MODEL_MODEL=y\n" + conf, {"zephyr,dtcm": True})
+    assert f"#define CONFIG_CUVIL_MODEL_MODEL_ARENA_{placement} 1" in ac.read_text()
     obj = tmp_path / "model.o"
-    cc([*WARN, "-pedantic", *defs, "-I", root / "include", "-c", root / "src" / "model.c", "-o", obj])
+    cc([*WARN, "-pedantic", "-imacros", ac, "-I", root / "include", "-c", root / "src" / "model.c", "-o", obj])
     if section:
         assert section.encode() + b"\0" in obj.read_bytes(), f"arena not in section {section}"
+    else:
+        assert b".noinit" not in obj.read_bytes()
+
+
+def test_zephyr_sample_includes_what_it_uses():
+    """Each Zephyr name the sample (and the PlatformIO example's Zephyr
+    branch) uses is declared by a header it includes itself; the stand-ins
+    declare what Zephyr's headers of the same path declare."""
+    decls = standins.per_file(FAKE_ZEPHYR)
+    main = (SAMPLE / "src" / "main.c").read_text()
+    assert standins.missing_includes(main, decls, zephyr_sdk_name) == {}
+    assert standins.missing_includes(main.replace("#include <zephyr/sys/time_units.h>\n", ""), decls,
+                                     zephyr_sdk_name) == {"k_cyc_to_us_floor32": ["zephyr/sys/time_units.h"]}
+    c = compile_model(two_io_model(), board="mimxrt1060-evk")
+    cpp = next(t for p, t in platformio.emit(c, Path("/x")).items() if p.name == "main.cpp")
+    zephyr_branch = cpp.split("#elif defined(__ZEPHYR__)", 1)[1].split("#else", 1)[0]
+    assert standins.missing_includes(zephyr_branch, decls, zephyr_sdk_name) == {}
 
 
 @pytest.mark.parametrize("kind", ["int8", "float"])
 def test_zephyr_sample_runs(compiled, tmp_path, kind):
-    """firmware_examples/zephyr/src/main.c + the module's C, on the host with the
-    stand-in kernel: prints output 0 (x1000) as the reference computes it."""
+    """firmware_examples/zephyr: its prj.conf through kconfiglib into
+    autoconf.h, src/main.c + the module's C built with it against the
+    stand-in kernel on the host: prints output 0 (x1000) as the reference
+    computes it."""
     c = compiled[kind]
     g = c.graph
     write(zephyr.emit(c, tmp_path), tmp_path)
     root = tmp_path / "zephyr" / "model"
-    inc = ["-I", root / "include", "-I", FAKE_ZEPHYR]
+    ac = autoconf([root], tmp_path / "build", (SAMPLE / "prj.conf").read_text())
+    inc = ["-imacros", ac, "-I", root / "include", "-I", FAKE_ZEPHYR]
     objs = []
-    for src, flags in ((root / "src" / "model.c", ["-DCONFIG_CUVIL_MODEL_MODEL_ARENA_BSS=1"]),
-                       (SAMPLE / "src" / "main.c", []), (FAKE_ZEPHYR / "kernel_host.c", [])):
+    for src in (root / "src" / "model.c", SAMPLE / "src" / "main.c", FAKE_ZEPHYR / "kernel_host.c"):
         o = tmp_path / (src.stem + ".o")
-        cc([*WARN, "-pedantic", *flags, *inc, "-c", src, "-o", o])
+        cc([*WARN, "-pedantic", *inc, "-c", src, "-o", o])
         objs.append(o)
     exe = tmp_path / "sample"
     cc([*objs, "-o", exe, "-lm"])
@@ -432,10 +763,14 @@ def test_zephyr_sample_runs(compiled, tmp_path, kind):
         assert f"argmax {int(np.argmax(want))}" in r.stdout
 
 
-def test_zephyr_sample_files():
-    conf = (SAMPLE / "prj.conf").read_text().splitlines()
-    assert "CONFIG_CUVIL_MODEL_MODEL=y" in conf
-    assert all(re.fullmatch(r"CONFIG_[A-Z0-9_]+=.+", ln) for ln in conf if ln and not ln.startswith("#"))
+def test_zephyr_sample_files(tmp_path):
+    conf = (SAMPLE / "prj.conf").read_text()
+    assert "CONFIG_CUVIL_MODEL_MODEL=y" in conf.splitlines()
+    # every line of prj.conf sets a symbol that exists (kconfiglib warns otherwise)
+    c = compile_model(two_io_model())
+    write(zephyr.emit(c, tmp_path), tmp_path)
+    k = kconfig_load([tmp_path / "zephyr" / "model"], tmp_path / "build", conf)
+    assert k.syms["CUVIL_MODEL_MODEL"].str_value == "y" and k.syms["MAIN_STACK_SIZE"].str_value == "4096"
     cm = (SAMPLE / "CMakeLists.txt").read_text()
     assert "find_package(Zephyr REQUIRED HINTS $ENV{ZEPHYR_BASE})" in cm
     assert "target_sources(app PRIVATE src/main.c)" in cm
@@ -569,29 +904,59 @@ def test_platformio_example_runs_native(compiled, tmp_path, kind):
 
 
 def test_platformio_zephyr_framework_files(tmp_path):
+    """PlatformIO's Zephyr framework files: prj.conf through kconfiglib into
+    autoconf.h; main.cpp's Zephyr branch (C++) with the library's C against
+    the stand-in kernel prints output 0 (x1000) as the reference computes it."""
     c = compile_model(two_io_model(), board="mimxrt1060-evk")
     files = platformio.emit(c, tmp_path)
     root = tmp_path / "platformio" / "model" / "examples"
     assert "framework = zephyr" in files[root / "platformio.ini"]
     assert "target_sources(app PRIVATE ../src/main.cpp)" in files[root / "zephyr" / "CMakeLists.txt"]
-    # main.cpp's Zephyr branch compiles (C++) against the stand-in kernel
     write(files, tmp_path)
-    r = subprocess.run(["g++", "-Wall", "-Wextra", "-Werror", "-std=c++11", "-D__ZEPHYR__", "-I",
-                        str(tmp_path / "platformio" / "model" / "include"), "-I", str(FAKE_ZEPHYR), "-c",
+    ac = autoconf([], tmp_path / "build", (root / "zephyr" / "prj.conf").read_text())
+    assert "#define CONFIG_CPP 1" in ac.read_text()
+    inc = ["-imacros", str(ac), "-I", str(tmp_path / "platformio" / "model" / "include"), "-I", str(FAKE_ZEPHYR)]
+    r = subprocess.run(["g++", "-Wall", "-Wextra", "-Werror", "-std=c++11", "-D__ZEPHYR__", *inc, "-c",
                         str(root / "src" / "main.cpp"), "-o", str(tmp_path / "m.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    cc([*WARN, "-pedantic", *inc, "-c", tmp_path / "platformio" / "model" / "src" / "model.c", "-o", tmp_path / "l.o"])
+    cc([*WARN, "-pedantic", *inc, "-c", FAKE_ZEPHYR / "kernel_host.c", "-o", tmp_path / "k.o"])
+    subprocess.run(["g++", str(tmp_path / "m.o"), str(tmp_path / "l.o"), str(tmp_path / "k.o"), "-o",
+                    str(tmp_path / "ex"), "-lm"], check=True)
+    out = subprocess.run([tmp_path / "ex"], capture_output=True, text=True, timeout=60, check=True).stdout
+    got = np.array(re.search(r"output 0 \(x1000\):([-\d ]+)", out).group(1).split(), dtype=np.int64)
+    y, _ = _example_reference(c.graph)
+    want = np.rint(y.astype(np.float32) * np.float32(1000)).astype(np.int64)[:16]
+    assert np.abs(got - want).max() <= 1, (got, want)
+    assert re.search(r"model_run: \d+ cycles, \d+ us", out), out
 
 
-def test_platformio_arduino_branch_compiles(compiled, tmp_path):
-    """main.cpp's Arduino branch compiles (C++) against a stand-in <Arduino.h>."""
-    for c in compiled.values():
-        write(platformio.emit(c, tmp_path), tmp_path)
-        root = tmp_path / "platformio" / "model"
-        r = subprocess.run(["g++", "-Wall", "-Wextra", "-Werror", "-std=c++11", "-DARDUINO=10819", "-I",
-                            str(root / "include"), "-I", str(HERE / "fake_arduino"), "-c",
-                            str(root / "examples" / "src" / "main.cpp"), "-o", str(tmp_path / "m.o")],
-                           capture_output=True, text=True)
+FAKE_ARDUINO = HERE / "fake_arduino"
+
+
+@pytest.mark.parametrize("kind", ["int8", "float"])
+def test_platformio_arduino_branch_runs(compiled, tmp_path, kind):
+    """main.cpp's Arduino branch (C++) against the ArduinoCore-API stand-ins,
+    linked with the tests' host core: setup() prints output 0 as the
+    reference computes it (4 decimals; Serial's CR LF reads as a newline)."""
+    c = compiled[kind]
+    write(platformio.emit(c, tmp_path), tmp_path)
+    root = tmp_path / "platformio" / "model"
+    gxx = ["g++", "-Wall", "-Wextra", "-Werror", "-std=c++11", "-DARDUINO=10819", "-I", str(root / "include"),
+           "-I", str(FAKE_ARDUINO)]
+    for src, obj in ((root / "examples" / "src" / "main.cpp", "m.o"), (FAKE_ARDUINO / "core_host.cpp", "core.o")):
+        r = subprocess.run([*gxx, "-c", str(src), "-o", str(tmp_path / obj)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+    cc([*WARN, "-pedantic", "-I", root / "include", "-c", root / "src" / "model.c", "-o", tmp_path / "l.o"])
+    subprocess.run(["g++", *(str(tmp_path / o) for o in ("m.o", "core.o", "l.o")), "-o", str(tmp_path / "ex"),
+                    "-lm"], check=True)
+    out = subprocess.run([tmp_path / "ex"], capture_output=True, text=True, timeout=60, check=True).stdout
+    got = np.array(re.search(r"output 0:([-\d. ]+)\n", out).group(1).split(), dtype=np.float64)
+    y, to = _example_reference(c.graph)
+    if to.dtype != "float32":
+        y = (y.astype(np.int32) - int(to.quant.zero_point[0])) * float(to.quant.scale[0])
+    np.testing.assert_allclose(got, y[:16], atol=6e-5, rtol=1e-4)
+    assert re.search(r"model_run: \d+ us\n", out), out
 
 
 @pytest.mark.parametrize("name,ok", [("model", True), ("kws_2", True), ("Net", True), ("my.net", False),
@@ -663,6 +1028,24 @@ def test_micropython_firmware_example():
     src = (d / "main.py").read_text()
     compile(src, "main.py", "exec")
     assert "import cuvilmodel" in src and "cuvilmodel.run(" in src
+    assert "MICROPY_PY_BTREE=0 MICROPY_PY_SSL=0" in readme and "make -C ports/qemu BOARD=MPS2_AN385" in readme
+
+
+def test_micropython_firmware_example_expected_output():
+    """The README's expected output lines are what main.py prints for the
+    shared KWS model: the reference on main.py's input pattern (quantized by
+    the module), dequantized, formatted as MicroPython's %.4f does (a tie
+    rounds away from zero: 0.03125 -> 0.0313)."""
+    if not sm.available():
+        pytest.skip("shared models not available (../shared/models)")
+    from decimal import ROUND_HALF_UP, Decimal
+    c = compile_model(str(sm.model_path("kws_dscnn")))
+    y, to = _example_reference(c.graph)
+    real = [float(np.float64(to.quant.scale[0]) * (int(q) - int(to.quant.zero_point[0]))) for q in y]
+    shown = [str(Decimal(v).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)) for v in real]
+    readme = (ROOT / "firmware_examples" / "micropython" / "README.md").read_text()
+    assert "output [" + ", ".join(f"'{v}'" for v in shown[:16]) + "]" in readme
+    assert f"argmax {int(np.argmax(real))}" in readme
 
 
 def test_micropython_int8_two_io(tmp_path):

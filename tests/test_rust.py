@@ -321,19 +321,28 @@ def test_firmware_example_runs(tmp_path, cargo_env):
 
 
 def test_one_input_two_outputs_with_odd_names(tmp_path, cargo_env):
-    """Tensor names with quotes, backslashes, newlines and non-ASCII reach
-    Rust strings and docs escaped; one input and two outputs take run_multi
-    with one-element tuples."""
+    """Tensor names with quotes, backslashes, newlines and non-ASCII, and the
+    injections of tests/test_escape.py (a tensor name that ends a doc
+    comment line and starts Rust code, a model file name with a newline and
+    a Markdown fence), reach Rust strings and docs escaped;
+    one input and two outputs take run_multi with one-element tuples."""
     import onnx
     from helpers import make_model, node
 
-    names = ['in"put\\1', "out`\n/\u03c0", "*/ y2"]
+    names = ['in"put\\1', "out`\n/\u03c0", "*/ y2\npub fn evil_injected() {} //"]
     m = make_model([node("Relu", [names[0]], [names[1]]), node("Neg", [names[0]], [names[2]])],
                    {names[0]: ([3, 5], "float32")}, [names[1], names[2]])
-    onnx.save(m, tmp_path / "odd.onnx")
-    crate = gen(tmp_path / "odd.onnx", tmp_path / "out", "odd")
+    model = tmp_path / "odd `x`\n```\n$(y) \"q\".onnx"
+    onnx.save(m, model)
+    crate = gen(model, tmp_path / "out", "odd")
     lib = (crate / "src/lib.rs").read_text()
     assert 'pub const INPUT_0_NAME: &str = "in\\u{22}put\\u{5c}1";' in lib
     assert "inputs: (&[Input0],)," in lib and "Result<(&[Output0], &[Output1]), Error>" in lib
+    assert not [ln for ln in lib.splitlines() if "evil_injected" in ln and not ln.lstrip().startswith(("//", "pub const"))]
+    from markdown_it import MarkdownIt
+    toks = MarkdownIt("commonmark").parse((crate / "README.md").read_text())
+    spans = [c.content for t in toks for c in (t.children or []) if c.type == "code_inline"]
+    assert 'odd `x` ``` $(y) "q".onnx' in spans   # the file name, on one line, in one code span
+    assert [t.info for t in toks if t.type == "fence"] == ["text", "toml", "rust", "sh", "sh"]
     r = cargo(["test"], crate, cargo_env)
     assert "test matches_reference_outputs ... ok" in r.stdout

@@ -13,11 +13,11 @@ Module name: the --name prefix; the CLI's default name "model" becomes
 from __future__ import annotations
 
 import keyword
-import re
 from pathlib import Path
 
 from ..errors import CuvilError
-from . import _pkg
+from . import _pkg, escape
+from .escape import visible
 
 NAME = "micropython"
 
@@ -47,23 +47,42 @@ def check_name(name: str) -> None:
         why = ("a Python keyword" if keyword.iskeyword(mod)
                else "the name of a MicroPython built-in module" if mod in BUILTIN_MODULES
                else "not an ASCII Python identifier")
-        raise CuvilError(f"--name '{name}': the MicroPython module name '{mod}' (the lower-cased --name) "
+        raise CuvilError(f"--name '{visible(name)}': the MicroPython module name '{visible(mod)}' (the lower-cased --name) "
                          f"must be an ASCII Python identifier that is neither a keyword nor a MicroPython "
                          f"built-in module name; it is {why}")
 
 
-def _err_text(s: str) -> str:
-    """Text inside an MP_ERROR_TEXT format string literal: printable ASCII
-    without quotes, backslashes or '?' (trigraphs); % doubled."""
-    return re.sub(r'[^ -~]|["\\?]', "_", s).replace("%", "%%")
+# Value range of the C element type for a list of ints (None: mp_int_t holds any value).
+INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "bool": (0, 1),
+              "int32": "int32_t", "int64": None}
+
+
+def c_prefix(m: str) -> str:
+    """Prefix of the module's own C identifiers: "mod<m>_". The header owns
+    every "<p>_" name (--name kws8 gives the header's kws8_run), so the
+    binding must not use the bare module name; "mod" + m cannot begin with
+    "<p>_" for any p."""
+    return f"mod{m}"
+
+
+def _accepted(t, native: str, raw: list[str]) -> str:
+    """The TypeError text: what run() takes for input t."""
+    if t.dtype in ("float32", "float64"):
+        return f"array('{native}') or a list/tuple of numbers"
+    if t.quantized:
+        arrays = " or ".join(f"array({c})" for c in raw if c.startswith("'"))
+        return (f"bytes, bytearray, {arrays} holding quantized {t.dtype} values, or array('f') or a "
+                f"list/tuple of real numbers, which run() quantizes (ints in a list are real numbers too)")
+    return f"array('{native}')" + (", bytes, bytearray" if len(raw) > 1 else "") + " or a list/tuple of ints"
 
 
 def _glue(c, m: str) -> dict:
+    q = c_prefix(m)
     ins, outs = _pkg.ios(c, "input"), _pkg.ios(c, "output")
     for t in ins + outs:
         if t.dtype not in TYPECODES:
-            raise CuvilError(f"--emit micropython: {t.kind} '{t.name}' is {t.dtype}, which MicroPython's "
-                             f"array module has no typecode for")
+            raise CuvilError(f"--emit micropython: {t.kind} '{escape.visible(t.name)}' is {t.dtype}, which "
+                             f"MicroPython's array module has no typecode for")
     loaders = []
     for t in ins:
         native = TYPECODES[t.dtype]
@@ -73,22 +92,21 @@ def _glue(c, m: str) -> dict:
         raw = list(dict.fromkeys(raw))
         floats = t.dtype in ("float32", "float64") or t.quantized
         if t.dtype in ("float32", "float64"):
-            conv = "v"
+            conv = f"({t.ctype})v"
         elif t.quantized:
-            conv = f"{c.prefix}_input_{t.index}_quantize(v)"
+            conv = f"{c.prefix}_input_{t.index}_quantize((float)v)"
         else:
             conv = None
-        if t.dtype == "float64":
-            accepted = "array('d') or a list of floats"
-        elif floats:
-            accepted = "array('f') or a list of floats" + (
-                f", or bytes/bytearray/array('{native}') already quantized" if t.quantized else "")
+        rng = INT_RANGES.get(t.dtype)
+        if floats or rng is None:
+            int_bad = None
+        elif isinstance(rng, str):
+            int_bad = f"(mp_int_t)({rng})v != v"
         else:
-            accepted = f"array('{native}')" + (" or bytes/bytearray" if len(raw) > 1 else "") + " or a list of ints"
-        loaders.append(dict(t=t, raw=raw if t.dtype != "float32" else ["'f'"], conv=conv, floats=floats,
-                            vtype="double" if t.dtype == "float64" else "float",
-                            float_buf=t.quantized, accepted=_err_text(accepted),
-                            label=_err_text(f"input {t.index} ({t.name})")))
+            int_bad = f"v < {rng[0]} || v > {rng[1]}"
+        loaders.append(dict(t=t, raw=raw, conv=conv, floats=floats, float_buf=t.quantized, int_bad=int_bad,
+                            accepted=escape.mp_error_text(_accepted(t, native, raw)),
+                            label=f"input {t.index} (" + escape.mp_error_text(t.name) + ")"))
     # attributes: module-level constants in ROM
     tuples, floats_rom, attrs = [], [], []
 
@@ -115,14 +133,14 @@ def _glue(c, m: str) -> dict:
     for kind, items in (("input", ins), ("output", outs)):
         if not items:
             continue
-        attrs.append((f"{kind}_shape", attr_of([t.shape for t in items], f"{m}_{kind}_shape",
+        attrs.append((f"{kind}_shape", attr_of([t.shape for t in items], f"{q}_{kind}_shape",
                                                lambda d, s: shape_tuple(s, d or (1,)))))
         if any(t.quantized for t in items):
-            attrs.append((f"{kind}_scale", attr_of([t.scale for t in items], f"{m}_{kind}_scale", make_float)))
+            attrs.append((f"{kind}_scale", attr_of([t.scale for t in items], f"{q}_{kind}_scale", make_float)))
             attrs.append((f"{kind}_zero_point", attr_of([t.zero_point for t in items],
-                                                        f"{m}_{kind}_zero_point", make_int)))
+                                                        f"{q}_{kind}_zero_point", make_int)))
     attrs.append(("arena_size", f"MP_ROM_INT({c.plan.arena_size})"))
-    return dict(loaders=loaders, outarrays=[dict(t=t, tc=TYPECODES[t.dtype]) for t in outs],
+    return dict(q=q, loaders=loaders, outarrays=[dict(t=t, tc=TYPECODES[t.dtype]) for t in outs],
                 tuples=tuples, floats_rom=floats_rom, attrs=attrs)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import CuvilError
 from . import _pkg
+from .escape import visible
 
 NAME = "platformio"
 
@@ -30,7 +31,7 @@ def library_name(prefix: str) -> str:
 def check_name(name: str) -> None:
     lib = library_name(name.lower())
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name) or len(lib) > 100:
-        raise CuvilError(f"--name '{name}': the PlatformIO library name '{lib}' may hold only letters, digits, "
+        raise CuvilError(f"--name '{visible(name)}': the PlatformIO library name '{visible(lib)}' may hold only letters, digits, "
                          f"'-' and '_', start with a letter or digit, and be at most 100 characters long")
 
 

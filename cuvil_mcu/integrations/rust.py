@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import reference
-from ..codegen import env
 from ..errors import CuvilError
 from . import _pkg
+from .escape import rust_str, visible
 
 NAME = "rust"
 FOLDER = "rust"
@@ -93,11 +93,11 @@ CORTEX_M_ARCH = {
 def check_name(name: str) -> None:
     low = name.lower()
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", name):
-        raise CuvilError(f"--name '{name}' is not {RULE}")
+        raise CuvilError(f"--name '{visible(name)}' is not {RULE}")
     if name in KEYWORDS or low in KEYWORDS:
-        raise CuvilError(f"--name '{name}' is a Rust keyword; the rust crate needs {RULE}")
+        raise CuvilError(f"--name '{visible(name)}' is a Rust keyword; the rust crate needs {RULE}")
     if low in RESERVED:
-        raise CuvilError(f"--name '{name}' is reserved by cargo; the rust crate needs {RULE}")
+        raise CuvilError(f"--name '{visible(name)}' is reserved by cargo; the rust crate needs {RULE}")
 
 
 # ---------------------------------------------------------------------------
@@ -226,16 +226,6 @@ def rust_f32(v) -> str:
     return f"{s}_f32"
 
 
-def rust_str(s: str) -> str:
-    out = []
-    for ch in s:
-        if ch in '"\\' or not (0x20 <= ord(ch) < 0x7F):
-            out.append(f"\\u{{{ord(ch):x}}}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
 def camel(s: str) -> str:
     return "".join(w[:1].upper() + w[1:].lower() for w in s.split("_") if w)
 
@@ -260,10 +250,8 @@ def _io(c, api: dict, kind: str) -> list[dict]:
             raise CuvilError(f"--emit rust: the header lacks the typedef {tdef}")
         elem = api["typedefs"][tdef]
         if (size, nbytes, tuple(shape)) != (t.size, t.nbytes, tuple(t.shape)) or elem != RUST_ELEM.get(t.dtype):
-            raise CuvilError(f"--emit rust: header and graph disagree on {kind} {i} '{name}'")
-        item = {"index": i, "name": name, "name_lit": rust_str(name), "size": size, "bytes": nbytes,
-                "name_doc": rust_str(name)[1:-1].replace("`", "\\u{60}"),
-                "shape": shape, "dtype": t.dtype, "elem": elem, "tdef": tdef,
+            raise CuvilError(f"--emit rust: header and graph disagree on {kind} {i} '{visible(name)}'")
+        item = {"index": i, "name": name, "size": size, "bytes": nbytes, "shape": shape, "dtype": t.dtype, "elem": elem, "tdef": tdef,
                 "Ty": f"{kind.capitalize()}{i}", "K": f"{kind.upper()}_{i}", "quant": None}
         if t.quant is not None:
             scale = _float_macro(macros, f"{K}_SCALE")
@@ -364,7 +352,7 @@ def emit(c, out: Path) -> dict[Path, str | bytes]:
         "null_error": next((e for e in errors if e["c"] == f"{P}_ERR_NULL"), None),
         "model_md": _pkg.render("_model.md.j2", _pkg.context(c)),
     }
-    e = env()
+    e = _pkg.env()
     root = out / FOLDER
     files: dict[Path, str | bytes] = {}
     for tpl, dest in (("Cargo.toml", "Cargo.toml"), ("build.rs", "build.rs"), ("lib.rs", "src/lib.rs"),

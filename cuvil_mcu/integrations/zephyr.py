@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import CuvilError
 from . import _pkg
+from .escape import visible
 
 NAME = "zephyr"
 
@@ -28,7 +29,7 @@ def symbol(name: str) -> str:
 
 def check_name(name: str) -> None:
     if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name.upper()):
-        raise CuvilError(f"--name '{name}': the Zephyr Kconfig symbol CONFIG_CUVIL_MODEL_<NAME> needs NAME "
+        raise CuvilError(f"--name '{visible(name)}': the Zephyr Kconfig symbol CONFIG_CUVIL_MODEL_<NAME> needs NAME "
                          f"(the upper-cased --name) made of A-Z, 0-9 and _, not starting with a digit")
 
 

@@ -1,24 +1,26 @@
-/* Stand-in for the Arduino core's <Arduino.h> (tests only): the few calls
-   the cuvil-mcu PlatformIO example makes, with the Arduino API's signatures. */
-#ifndef FAKE_ARDUINO_H
-#define FAKE_ARDUINO_H
+/* <Arduino.h> of the tests' Arduino "core" (tests only): ArduinoCore-API
+   (the stand-ins in api/) plus, as every core does, a concrete Serial --
+   here one that writes to the host's stdout (core_host.cpp), so a sketch
+   can run on the host. */
+#pragma once
 
-#include <stddef.h>
-#include <stdint.h>
+#include "api/ArduinoAPI.h"
 
-class HardwareSerial {
-public:
-    void begin(unsigned long baud);
-    size_t print(const char *s);
-    size_t print(char c);
-    size_t print(unsigned long n, int base = 10);
-    size_t print(double n, int digits = 2);
-    size_t println(void);
-    size_t println(const char *s);
-    explicit operator bool();
+#ifdef __cplusplus
+class HostSerial : public arduino::HardwareSerial
+{
+  public:
+    void begin(unsigned long) override;
+    void begin(unsigned long baudrate, uint16_t config) override;
+    void end() override;
+    int available(void) override;
+    int peek(void) override;
+    int read(void) override;
+    void flush(void) override;
+    size_t write(uint8_t) override;
+    using Print::write;
+    operator bool() override;
 };
-extern HardwareSerial Serial;
 
-unsigned long micros(void);
-
+extern HostSerial Serial;
 #endif

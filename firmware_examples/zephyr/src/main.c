@@ -7,6 +7,7 @@
    the arena's contents (zero in .bss at boot). */
 #include <zephyr/kernel.h>
 #include <zephyr/sys/printk.h>
+#include <zephyr/sys/time_units.h>
 
 #include "cuvil_model.h"
 

@@ -1,6 +1,6 @@
-/* Stand-in for MicroPython's py/objtuple.h (tests only). */
-#ifndef FAKE_MP_PY_OBJTUPLE_H
-#define FAKE_MP_PY_OBJTUPLE_H
+/* Stand-in for MicroPython's py/objtuple.h (tests only; see py/mpconfig.h). */
+#ifndef MICROPY_INCLUDED_PY_OBJTUPLE_H
+#define MICROPY_INCLUDED_PY_OBJTUPLE_H
 
 #include "py/obj.h"
 
