@@ -191,7 +191,7 @@ def spec(node, ins) -> Spec:
     sl = ins[ISEQ] if len(ins) > ISEQ else None
     if sl is not None:
         if not sl.is_const:
-            raise unsupported(node, f"input sequence_lens '{sl.name}' is computed at run time; only a constant "
+            raise unsupported(node, f"input sequence_lens '{sl.name}' is a run-time tensor; only a constant "
                                     f"sequence_lens (or none) is supported")
         lens = np.asarray(sl.data).astype(np.int64).reshape(-1)
         if lens.size != B:

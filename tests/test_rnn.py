@@ -1,0 +1,216 @@
+"""LSTM, GRU and RNN in float32 (cuvil_mcu/ops/rnn.py, templates/kernels/rnn_f32.c.j2).
+
+Every case is checked three ways: the numpy reference against onnxruntime
+(graph optimizations off), the generated C (host compiler) against the
+reference, and — layout 1, which onnxruntime refuses — against
+onnxruntime on the same weights in layout 0 with the data transposed.
+The ONNX node suite's test_lstm_*, test_gru_*, test_rnn_* / test_simple_rnn_*
+cases run in tests/test_onnx_backend.py. The PyTorch keyword models
+(tests/rnn_models/) run on the host and on QEMU boards at the end.
+"""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.errors import UnsupportedOpError
+from helpers import assert_close, check_strict_builds, make_model, run_c, run_ort, run_ref
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# reference vs onnxruntime, generated C vs reference: relative to max(1, |expected|)
+REL_ORT, REL_C = 2e-6, 2e-6
+
+
+def rnn_model(op, T=5, B=2, I=3, H=4, seed=0, outputs=("Y", "Y_h", "Y_c"), bias=True, seq=None,
+              h0=None, c0=None, peep=False, int8_weights=False, opset=14, **attrs):
+    """One recurrent node over input X. h0 / c0: 'input' (a graph input),
+    'const' (an initializer) or None; seq: sequence lengths (an initializer)."""
+    rng = np.random.default_rng(seed)
+    G = GATES[op]
+    D = 2 if attrs.get("direction") == "bidirectional" else 1
+    xshape = [B, T, I] if attrs.get("layout") else [T, B, I]
+    sshape = [B, D, H] if attrs.get("layout") else [D, B, H]
+    inits = {"W": (rng.standard_normal((D, G * H, I)) * 0.6).astype(np.float32),
+             "R": (rng.standard_normal((D, G * H, H)) * 0.6).astype(np.float32)}
+    inputs = {"X": (xshape, "float32")}
+    names = ["X", "W", "R"]
+    names.append("B" if bias else "")
+    if bias:
+        inits["B"] = (rng.standard_normal((D, 2 * G * H)) * 0.5).astype(np.float32)
+    names.append("seq" if seq is not None else "")
+    if seq is not None:
+        inits["seq"] = np.asarray(seq, np.int32)
+    for name, how in (("h0", h0), ("c0", c0 if op == "LSTM" else None)):
+        names.append(name if how else "")
+        if how == "input":
+            inputs[name] = (sshape, "float32")
+        elif how == "const":
+            inits[name] = rng.uniform(-1, 1, sshape).astype(np.float32)
+    if peep:
+        names.append("P")
+        inits["P"] = rng.uniform(-1, 1, (D, 3 * H)).astype(np.float32)
+    while names[-1] == "":
+        names.pop()
+    outs = [o if o in outputs else "" for o in ("Y", "Y_h", "Y_c")[:3 if op == "LSTM" else 2]]
+    while outs[-1] == "":
+        outs.pop()
+    nodes = []
+    if int8_weights:
+        # a QDQ model's weights: int8 constants with a per-row (axis 1) scale
+        for w in ("W", "R"):
+            f = inits.pop(w)
+            scale = (np.abs(f).max(axis=2) / 127).astype(np.float32)            # [D, G*H]
+            q = np.clip(np.rint(f / scale[:, :, None]), -127, 127).astype(np.int8)
+            inits[f"{w}_q"], inits[f"{w}_s"] = q, scale.reshape(-1) if D == 1 else scale
+            if D != 1:   # per-axis scales are 1-D: quantize each direction on its own
+                raise ValueError("int8_weights: one direction")
+            inits[f"{w}_z"] = np.zeros(G * H, np.int8)
+            nodes.append(helper.make_node("DequantizeLinear", [f"{w}_q", f"{w}_s", f"{w}_z"], [w], axis=1))
+    nodes.append(helper.make_node(op, names, outs, name=f"{op.lower()}_node", hidden_size=H, **attrs))
+    m = make_model(nodes, inputs, [o for o in outs if o], inits, opset=opset if not int8_weights else 13)
+    feeds = {"X": rng.standard_normal(xshape).astype(np.float32)}
+    for name in ("h0", "c0"):
+        if name in inputs:
+            feeds[name] = rng.uniform(-1, 1, sshape).astype(np.float32)
+    return m, feeds
+
+
+def check(m, feeds, ort_model=None, ort_feeds=None, to_layout=None):
+    """reference vs onnxruntime (on ort_model/ort_feeds when given, outputs
+    mapped by to_layout), generated C vs reference; returns the reference."""
+    ref = run_ref(m, feeds)
+    o = run_ort(ort_model or m, ort_feeds or feeds)
+    if to_layout is not None:
+        o = [to_layout(i, v) for i, v in enumerate(o)]
+    c = run_c(m, feeds)
+    for i, (r, x, y) in enumerate(zip(ref, o, c)):
+        assert_close(r, x, REL_ORT, f"output {i}: reference vs onnxruntime")
+        assert_close(y, r, REL_C, f"output {i}: generated C vs reference")
+        assert np.unique(r).size > 1 or r.size == 1, f"output {i} is constant: the case tests nothing"
+    return ref
+
+
+ACTS = {"LSTM": ["HardSigmoid", "Relu", "Softsign", "Sigmoid", "Elu", "Softplus"],
+        "GRU": ["LeakyRelu", "ScaledTanh", "Softsign", "Affine"],
+        "RNN": ["ScaledTanh", "ThresholdedRelu"]}
+CASES = [
+    ("LSTM", {}), ("LSTM", {"direction": "reverse"}), ("LSTM", {"direction": "bidirectional"}),
+    ("LSTM", {"clip": 0.4}), ("LSTM", {"input_forget": 1}),
+    ("LSTM", {"peep": True, "h0": "input", "c0": "input"}),
+    ("LSTM", {"direction": "bidirectional", "peep": True, "h0": "const", "c0": "const", "seq": [5, 2]}),
+    ("LSTM", {"direction": "reverse", "seq": [3, 0], "bias": False}),
+    ("LSTM", {"outputs": ("Y_c",)}), ("LSTM", {"outputs": ("Y",), "H": 7, "B": 1, "T": 9}),
+    ("LSTM", {"direction": "bidirectional", "clip": 0.7, "activations": ACTS["LSTM"],
+              "activation_alpha": [0.3, 0.8], "activation_beta": [0.2]}),
+    ("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("GRU", {"direction": "reverse", "linear_before_reset": 1}),
+    ("GRU", {"direction": "bidirectional", "h0": "input", "seq": [4, 1]}),
+    ("GRU", {"clip": 0.3, "h0": "const"}), ("GRU", {"outputs": ("Y_h",), "H": 5}),
+    ("GRU", {"direction": "bidirectional", "linear_before_reset": 1, "activations": ACTS["GRU"],
+             "activation_alpha": [0.2, 1.5, 0.7], "activation_beta": [0.6, 0.1]}),
+    ("RNN", {}), ("RNN", {"direction": "bidirectional", "h0": "input", "seq": [2, 5]}),
+    ("RNN", {"clip": 0.5, "activations": ["Sigmoid"]}),
+    ("RNN", {"direction": "bidirectional", "activations": ACTS["RNN"], "activation_alpha": [0.9, 0.1],
+             "activation_beta": [1.3]}),
+]
+
+
+@pytest.mark.parametrize("op,kw", CASES, ids=[f"{op}-{'-'.join(f'{k}={v}' for k, v in kw.items()) or 'defaults'}"
+                                              for op, kw in CASES])
+def test_matches_onnxruntime(op, kw):
+    m, feeds = rnn_model(op, **kw)
+    check(m, feeds)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_layout_1_matches_layout_0_in_onnxruntime(op):
+    """onnxruntime refuses layout 1: compare with its layout-0 result on the
+    same weights, inputs and outputs transposed (batch first)."""
+    kw = dict(direction="bidirectional", h0="input", seq=[5, 3], **({"c0": "input"} if op == "LSTM" else {}))
+    m1, f1 = rnn_model(op, layout=1, seed=4, **kw)
+    m0, _ = rnn_model(op, seed=4, **kw)
+    f0 = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in f1.items()}
+    check(m1, f1, m0, f0, lambda i, v: np.ascontiguousarray(np.transpose(v, (2, 0, 1, 3)) if i == 0
+                                                            else np.swapaxes(v, 0, 1)))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_int8_weights_stay_int8_in_flash(op):
+    """A QDQ model's DequantizeLinear weights feeding the layer: the int8
+    weights and per-row scales are what goes into flash (not float copies),
+    and the result matches onnxruntime on the same model."""
+    kw = {"linear_before_reset": 1} if op == "GRU" else {}
+    m, feeds = rnn_model(op, H=8, I=6, T=6, int8_weights=True, h0="input", **kw)
+    check(m, feeds)
+    c = compile_model(m)
+    g = c.graph
+    (n,) = [n for n in g.nodes if n.op_type == op]
+    assert g.tensors[n.inputs[1]].dtype == "int8" and g.tensors[n.inputs[2]].dtype == "int8"
+    # against the same layer with float weights: each weight 1 byte instead
+    # of 4, plus one float scale per row for the x part and the h part
+    gh = GATES[op] * 8
+    mf, _ = rnn_model(op, H=8, I=6, T=6, h0="input", **kw)
+    assert c.weights_bytes == compile_model(mf).weights_bytes - 3 * gh * (6 + 8) + 2 * 4 * gh
+
+
+def test_strict_builds_and_sanitizers():
+    """-Wall -Wextra -Werror -pedantic as C99 / C11 / C++ (gcc, clang),
+    AddressSanitizer + UBSan, for every kernel variant family."""
+    models = [rnn_model("LSTM", direction="bidirectional", peep=True, clip=0.5, seq=[5, 3], h0="input", c0="input"),
+              rnn_model("GRU", linear_before_reset=1, outputs=("Y_h",)),
+              rnn_model("GRU", direction="reverse", int8_weights=True),
+              rnn_model("RNN", layout=1, activations=["Relu"])]
+    for m, feeds in models:
+        check_strict_builds(m, feeds, rel=REL_C)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _one_line(e) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+def test_runtime_sequence_lens_is_refused_by_name():
+    m, _ = rnn_model("LSTM", seq=[5, 2])
+    _make_input(m, "seq", onnx.TensorProto.INT32)
+    with pytest.raises(UnsupportedOpError) as e:
+        compile_model(m)
+    msg = _one_line(e)
+    assert "lstm_node" in msg and "sequence_lens 'seq'" in msg and "run-time" in msg, msg
+
+
+def _make_input(m, name, elem_type):
+    """Turn initializer `name` of model m into a graph input of the same shape."""
+    init = [i for i in m.graph.initializer if i.name == name][0]
+    m.graph.initializer.remove(init)
+    m.graph.input.append(helper.make_tensor_value_info(name, elem_type, list(init.dims)))
+
+
+def test_unknown_activation_is_refused_by_name():
+    m, _ = rnn_model("GRU")
+    a = [x for x in m.graph.node[0].attribute] + [helper.make_attribute("activations", ["Sigmoid", "Swish"])]
+    del m.graph.node[0].attribute[:]
+    m.graph.node[0].attribute.extend(a)
+    with pytest.raises(UnsupportedOpError) as e:
+        compile_model(m)
+    msg = _one_line(e)
+    assert "gru_node" in msg and "activations" in msg and "'Swish'" in msg, msg
+
+
+def test_wrong_number_of_activations_is_refused():
+    m, _ = rnn_model("LSTM", direction="bidirectional", activations=["Sigmoid", "Tanh", "Tanh"])
+    with pytest.raises(UnsupportedOpError, match=r"lstm_node.*activations has 3 entries.*takes 6"):
+        compile_model(m)
+
+
+def test_runtime_weights_are_refused():
+    m, _ = rnn_model("RNN")
+    _make_input(m, "R", onnx.TensorProto.FLOAT)
+    with pytest.raises(UnsupportedOpError, match=r"rnn_node.*input R 'R' must be a constant"):
+        compile_model(m)
