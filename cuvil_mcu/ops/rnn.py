@@ -270,9 +270,11 @@ def _clip(v, c):
     return v if c is None else np.clip(v, -c, c)
 
 
-def run_float(s: Spec, x, w, r, wb, rb, p, h0, c0):
+def run_float(s: Spec, x, w, r, wb, rb, p, h0, c0, record: dict | None = None):
     """The recurrence in float64 on time-major x [T, B, I]; returns
-    y [T, D, B, H], y_h [D, B, H], y_c [D, B, H]."""
+    y [T, D, B, H], y_h [D, B, H], y_c [D, B, H]. record: a dict that gets
+    the running extremes of every hidden state ('h_min', 'h_max') and the
+    largest |cell state| ('c_absmax') over all steps (calibration)."""
     H = s.H
     y = np.zeros((s.T, s.D, s.B, H))
     yh = np.zeros((s.D, s.B, H))
@@ -305,6 +307,10 @@ def run_float(s: Spec, x, w, r, wb, rb, p, h0, c0):
                 else:
                     h = f[0].np(_clip(w[d] @ xt + r[d] @ h + wb[d] + rb[d], s.clip))
                 y[t, d, bi] = h
+                if record is not None:
+                    record["h_min"] = min(record.get("h_min", 0.0), float(h.min()))
+                    record["h_max"] = max(record.get("h_max", 0.0), float(h.max()))
+                    record["c_absmax"] = max(record.get("c_absmax", 0.0), float(np.abs(c).max()))
             if L:
                 yh[d, bi], yc[d, bi] = h, c
     return y, yh, yc
@@ -378,6 +384,17 @@ class Recurrent(Op):
         x = time_major(np.asarray(arrays[IX], np.float64), s.layout)
         y, yh, yc = run_float(s, x, w, r, wb, rb, p, state_in(arrays, IH0, s), state_in(arrays, IC0, s))
         return pack_outputs(s, y, yh, yc, np.float32)[:len(node.outputs)]
+
+    def observe(self, node, ins, *arrays) -> dict:
+        """Calibration statistics over every time step (not only the
+        outputs): 'h_min' / 'h_max' of the hidden state, 'c_absmax' of the
+        LSTM cell state. Used by ptq.py for the integer form."""
+        s = spec(node, ins)
+        w, r, wb, rb, p = weights(node, ins, arrays, s)
+        x = time_major(np.asarray(arrays[IX], np.float64), s.layout)
+        rec: dict = {}
+        run_float(s, x, w, r, wb, rb, p, state_in(arrays, IH0, s), state_in(arrays, IC0, s), rec)
+        return rec
 
     def macs(self, node, ins, outs):
         return macs(spec(node, ins))

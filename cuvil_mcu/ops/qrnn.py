@@ -1,0 +1,366 @@
+"""Integer-only recurrent layers: cuvil.QLSTM, cuvil.QGRU, cuvil.QRNN.
+
+What `--quantize int8` makes of an LSTM / GRU / RNN with the default
+activations (ptq.py calibrates, passes/qdq_rnn.py rewrites the QDQ form).
+The arithmetic follows the recipe of TFLM's int8 LSTM (8-bit weights and
+activations, 16-bit gates and cell state, integer sigmoid/tanh), written
+here from the equations:
+
+- x: int8 (x_scale, x_zp); hidden state h and every output Y / Y_h: int8
+  (h_scale, h_zp), one parameter set since Y_t = h_t and h_t feeds back;
+  W, R: int8, symmetric, one scale per gate row (inputs 8 and 9).
+- Gate pre-activations: int16 Q3.12 (scale 2^-12, range [-8, 8)). The x
+  part and the h part are two int32 dot products, each requantized to
+  Q3.12 with its own per-row multiplier (in_scale * w_scale[r] * 2^12, the
+  fixed-point multiplier + shift of quant.py) and added with int16
+  saturation. Wb + Rb is folded into the x part's int32 bias together with
+  -x_zp * rowsum(W); -h_zp * rowsum(R) into the h part's.
+- sigmoid / tanh: Q3.12 in, Q0.15 out (scale 2^-15), by linear
+  interpolation in tables of sigmoid(k / 32) (257 entries, k < 8 * 32)
+  and tanh(k / 64) (513 entries), odd / point symmetry for x < 0; error
+  under 1 LSB of Q0.15. `clip` clamps the Q3.12 pre-activations.
+- LSTM cell state c: int16 at a power-of-two scale 2^-cell_pow (calibrated:
+  the finest that holds the largest |c| seen), so the update is shifts:
+  c = sat16(rdbpot(f * c, 15) + rdbpot(i * g, 30 - cell_pow)); tanh(c)
+  reads c rescaled to Q3.12. h = requant(o * tanh(c)) from Q0.30 to int8.
+- GRU: h = sat8(h_zp + requant((1 - z) n, Q0.30 -> h) + rdbpot(z (h - h_zp), 15)).
+  linear_before_reset 1: n = tanh(nx + rdbpot(r * nh, 15)) with nx, nh the
+  two Q3.12 halves; 0: Rn multiplies r * h requantized to int8 at h's own
+  parameters (h_zp + rdbpot(r (h - h_zp), 15) stays within int8).
+- RNN: h = requant(tanh(g)) from Q0.15.
+rdbpot is gemmlowp's rounding divide by a power of two (halves away from
+zero); requant is quant.requantize_fixed. Everything is integer: the
+numpy reference below and the C kernel (templates/kernels/qrnn_s8.c.j2)
+compute the same values bit for bit.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import quant
+from .base import Op, register, unsupported
+from . import rnn
+from .rnn import IB, IC0, IH0, IR, IRS, IW, IWS, IX
+
+GATE_FRAC = 12        # gate pre-activations: Q3.12
+ACT_ONE = 1 << 15     # sigmoid / tanh outputs: Q0.15
+SIG_BITS, TANH_BITS = 7, 6    # Q3.12 fraction bits below one table step (1/32, 1/64)
+
+
+def _table(fn, bits: int) -> np.ndarray:
+    n = (1 << 15) >> bits
+    k = np.arange(n + 1, dtype=np.float64) / (1 << (GATE_FRAC - bits))
+    return np.minimum(np.rint(fn(k) * ACT_ONE), ACT_ONE - 1).astype(np.int16)
+
+
+SIG_TABLE = _table(lambda v: 1.0 / (1.0 + np.exp(-v)), SIG_BITS)
+TANH_TABLE = _table(np.tanh, TANH_BITS)
+
+
+def _interp(ax, table, bits):
+    i = ax >> bits
+    f = ax & ((1 << bits) - 1)
+    t0 = table[i].astype(np.int64)
+    t1 = table[i + 1].astype(np.int64)
+    return t0 + (((t1 - t0) * f + (1 << (bits - 1))) >> bits)
+
+
+def sigmoid_q(x) -> np.ndarray:
+    """Q3.12 -> Q0.15."""
+    x = np.asarray(x, np.int64)
+    v = _interp(np.minimum(np.abs(x), 32767), SIG_TABLE, SIG_BITS)
+    return np.where(x >= 0, v, ACT_ONE - v)
+
+
+def tanh_q(x) -> np.ndarray:
+    """Q3.12 -> Q0.15."""
+    x = np.asarray(x, np.int64)
+    v = _interp(np.minimum(np.abs(x), 32767), TANH_TABLE, TANH_BITS)
+    return np.where(x >= 0, v, -v)
+
+
+def rdbpot(x, e: int) -> np.ndarray:
+    return quant.rdbpot(np.asarray(x, np.int64), e) if e > 0 else np.asarray(x, np.int64)
+
+
+def sat(x, dtype: str) -> np.ndarray:
+    lo, hi = quant.QRANGE[dtype]
+    return np.clip(np.asarray(x, np.int64), lo, hi)
+
+
+def cell_pow(c_absmax: float) -> int:
+    """Finest power-of-two int16 scale 2^-p holding |c| <= c_absmax (p <= 15)."""
+    if not c_absmax > 0:
+        return 15
+    return int(min(15, max(0, 15 - math.ceil(math.log2(c_absmax * 1.0001 + 1e-30)))))
+
+
+@dataclass
+class QParams:
+    """Integer parameters of one node, per direction d (lists indexed by d)."""
+
+    rows: list          # per matrix m: dict(w=int8 [rows, kx (+ kh)], kx, kh, rec=int32 [rows, 6])
+    clip: int           # Q3.12 clamp of the pre-activations (32767: none)
+    h_mult: int         # Q0.30 (LSTM, GRU) / Q0.15 (RNN) -> h units
+    h_shift: int
+    h_zp: int
+    cell_pow: int
+    h0: np.ndarray | None       # [D, B, H] int8 (constant initial state)
+    c0: np.ndarray | None       # [D, B, H] int16
+
+
+def _requant_params(real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return quant.quantize_multipliers(real)
+
+
+def qparams(node, ins, s: rnn.Spec) -> QParams:
+    a = node.attrs
+    xs, xz = float(a["x_scale"]), int(a["x_zp"])
+    hs, hz = float(a["h_scale"]), int(a["h_zp"])
+    H, G, D = s.H, s.G, s.D
+    w = np.asarray(ins[IW].data, np.int64)
+    r = np.asarray(ins[IR].data, np.int64)
+    ws = np.asarray(ins[IWS].data, np.float32).astype(np.float64)
+    rs = np.asarray(ins[IRS].data, np.float32).astype(np.float64)
+    bias = np.asarray(ins[IB].data, np.float64) if len(ins) > IB and ins[IB] is not None \
+        else np.zeros((D, 2 * G * H))
+    wb, rb = bias[:, :G * H], bias[:, G * H:]
+    one = float(1 << GATE_FRAC)
+    per_dir = []
+    for d in range(D):
+        sx = np.float64(np.float32(xs)) * ws[d]          # x part accumulator scale per row
+        sh = np.float64(np.float32(hs)) * rs[d]
+        mx, ex = _requant_params(sx * one)
+        mh, eh = _requant_params(sh * one)
+
+        def qb(real, scale):
+            return np.clip(np.rint(real / scale), quant.INT32_MIN, quant.INT32_MAX).astype(np.int64)
+
+        bx = qb(wb[d] + rb[d], sx) - xz * w[d].sum(axis=1)
+        bh = -hz * r[d].sum(axis=1)
+        if s.kind == "GRU":
+            n = slice(2 * H, 3 * H)
+            if s.lbr:   # Rbn stays inside r * (Rn h + Rbn)
+                bx[n] = qb(wb[d, n], sx[n]) - xz * w[d, n].sum(axis=1)
+                bh[n] = qb(rb[d, n], sh[n]) - hz * r[d, n].sum(axis=1)
+
+        def rec(rows):
+            return np.stack([np.clip(bx[rows], quant.INT32_MIN, quant.INT32_MAX), mx[rows], ex[rows],
+                             np.clip(bh[rows], quant.INT32_MIN, quant.INT32_MAX), mh[rows], eh[rows]],
+                            axis=1).astype(np.int32)
+
+        if s.kind == "GRU":
+            zr, n = slice(0, 2 * H), slice(2 * H, 3 * H)
+            mats = [dict(wx=w[d, zr], wh=r[d, zr], rec=rec(zr))]
+            if s.lbr:
+                rx, rn = rec(n), rec(n)
+                rn[:, 0:3] = rn[:, 3:6]     # the Rn product: "x" is h, with the h part's parameters
+                mats += [dict(wx=w[d, n], wh=None, rec=rx), dict(wx=r[d, n], wh=None, rec=rn)]
+            else:
+                mats += [dict(wx=w[d, n], wh=r[d, n], rec=rec(n))]
+        else:
+            mats = [dict(wx=w[d], wh=r[d], rec=rec(slice(0, G * H)))]
+        per_dir.append(mats)
+    clip = 32767 if s.clip is None else int(min(32767, round(s.clip * one)))
+    frac = 15 if s.kind == "RNN" else 30
+    h_mult, h_shift = quant.quantize_multiplier(2.0 ** -frac / float(np.float32(hs)))
+    cp = int(a.get("cell_pow", 15))
+    h0 = c0 = None
+    t = ins[IH0] if len(ins) > IH0 else None
+    if t is not None and t.is_const:
+        h0 = rnn.state_in([None] * IH0 + [t.data], IH0, s, np.float64)
+        if t.dtype == "float32":
+            h0 = quant.quantize(h0, np.float32(hs), hz, "int8").astype(np.int64)
+    t = ins[IC0] if len(ins) > IC0 and s.kind == "LSTM" else None
+    if t is not None and t.is_const:
+        c0 = rnn.state_in([None] * IC0 + [t.data], IC0, s, np.float64)
+        if t.dtype == "float32":
+            c0 = sat(np.rint(c0 * 2.0 ** cp), "int16")
+    return QParams(per_dir, clip, h_mult, h_shift, hz, cp,
+                   None if h0 is None else h0.astype(np.int64), None if c0 is None else c0.astype(np.int64))
+
+
+# --------------------------------------------------------------------------- reference
+
+def _gates(m: dict, x, h):
+    """int16 pre-activations of matrix m for int8 vectors x (and h)."""
+    rec = m["rec"].astype(np.int64)
+    acc = rec[:, 0] + m["wx"] @ x
+    g = sat(quant.requantize_fixed(acc, rec[:, 1], rec[:, 2]), "int16")
+    if m["wh"] is not None:
+        acch = rec[:, 3] + m["wh"] @ h
+        g = sat(g + sat(quant.requantize_fixed(acch, rec[:, 4], rec[:, 5]), "int16"), "int16")
+    return g
+
+
+def run_int(s: rnn.Spec, q: QParams, x, h0, c0):
+    """Integer recurrence on time-major int8 x [T, B, I] (int64 values);
+    h0 [D, B, H] int8 values, c0 int16 values. Returns y, y_h (int8
+    values), y_c (int16 values) as [T, D, B, H] / [D, B, H] int64."""
+    H, zh = s.H, q.h_zp
+    y = np.full((s.T, s.D, s.B, H), zh, np.int64)
+    yh = np.full((s.D, s.B, H), zh, np.int64)
+    yc = np.zeros((s.D, s.B, H), np.int64)
+    cq = q.clip
+
+    def clip(v):
+        return np.clip(v, -cq, cq)
+
+    for d in range(s.D):
+        mats = q.rows[d]
+        for bi in range(s.B):
+            L = s.length(bi)
+            h, c = h0[d, bi].astype(np.int64), c0[d, bi].astype(np.int64)
+            steps = range(L - 1, -1, -1) if s.reverse(d) else range(L)
+            for t in steps:
+                xt = x[t, bi].astype(np.int64)
+                if s.kind == "LSTM":
+                    g = _gates(mats[0], xt, h)
+                    i = sigmoid_q(clip(g[:H]))
+                    f = ACT_ONE - i if s.input_forget else sigmoid_q(clip(g[2 * H:3 * H]))
+                    gg = tanh_q(clip(g[3 * H:]))
+                    o = sigmoid_q(clip(g[H:2 * H]))
+                    c = sat(rdbpot(f * c, 15) + rdbpot(i * gg, 30 - q.cell_pow), "int16")
+                    cc = rdbpot(c, q.cell_pow - GATE_FRAC) if q.cell_pow >= GATE_FRAC \
+                        else sat(c * (1 << (GATE_FRAC - q.cell_pow)), "int16")
+                    h = sat(zh + quant.requantize_fixed(o * tanh_q(cc), q.h_mult, q.h_shift), "int8")
+                elif s.kind == "GRU":
+                    g = _gates(mats[0], xt, h)
+                    z = sigmoid_q(clip(g[:H]))
+                    rr = sigmoid_q(clip(g[H:]))
+                    if s.lbr:
+                        nx = _gates(mats[1], xt, None)
+                        nh = _gates(mats[2], h, None)
+                        n = tanh_q(clip(sat(nx + rdbpot(rr * nh, 15), "int16")))
+                    else:
+                        rh = zh + rdbpot(rr * (h - zh), 15)
+                        n = tanh_q(clip(_gates(mats[1], xt, rh)))
+                    h = sat(zh + quant.requantize_fixed((ACT_ONE - z) * n, q.h_mult, q.h_shift)
+                            + rdbpot(z * (h - zh), 15), "int8")
+                else:
+                    g = _gates(mats[0], xt, h)
+                    h = sat(zh + quant.requantize_fixed(tanh_q(clip(g)), q.h_mult, q.h_shift), "int8")
+                y[t, d, bi] = h
+            if L:
+                yh[d, bi], yc[d, bi] = h, c
+    return y, yh, yc
+
+
+def _states(q: QParams, s: rnn.Spec, arrays):
+    """Initial h (int8 values) and c (int16 values) as [D, B, H] int64."""
+    if q.h0 is not None:
+        h0 = q.h0
+    elif len(arrays) > IH0 and arrays[IH0] is not None:
+        h0 = rnn.state_in(arrays, IH0, s, np.int64)
+    else:
+        h0 = np.full((s.D, s.B, s.H), q.h_zp, np.int64)
+    if q.c0 is not None:
+        c0 = q.c0
+    elif s.kind == "LSTM" and len(arrays) > IC0 and arrays[IC0] is not None:
+        c0 = rnn.state_in(arrays, IC0, s, np.int64)
+    else:
+        c0 = np.zeros((s.D, s.B, s.H), np.int64)
+    return h0, c0
+
+
+QTYPES = {0: "int8", 1: "int8", 2: "int16"}
+
+
+@register("cuvil.QLSTM", "cuvil.QGRU", "cuvil.QRNN")
+class QRecurrent(Op):
+    def check(self, node, ins):
+        s = rnn.spec(node, ins)
+        if not s.default_acts():
+            raise unsupported(node, "the integer form has the default activations only")
+        for key in ("x_scale", "x_zp", "h_scale", "h_zp"):
+            if key not in node.attrs:
+                raise unsupported(node, f"attribute {key} is missing")
+        if not float(node.attrs["x_scale"]) > 0 or not float(node.attrs["h_scale"]) > 0:
+            raise unsupported(node, "x_scale and h_scale must be > 0")
+        if ins[IX].dtype != "int8":
+            raise unsupported(node, f"X '{ins[IX].name}' is {ins[IX].dtype}, expected int8")
+        for i, what in ((IW, "W"), (IR, "R")):
+            if not ins[i].is_const or ins[i].dtype != "int8":
+                raise unsupported(node, f"{what} '{ins[i].name}' must be an int8 constant")
+        if len(ins) <= IRS or ins[IWS] is None or ins[IRS] is None or not (ins[IWS].is_const and ins[IRS].is_const):
+            raise unsupported(node, "W and R need their per-row scales (inputs 8 and 9)")
+        if len(ins) > rnn.IP and ins[rnn.IP] is not None:
+            raise unsupported(node, "peepholes (P) have no integer form")
+        for i, want in ((IH0, ("int8",)), (IC0, ("int16",))):
+            t = ins[i] if len(ins) > i else None
+            if t is not None and not (t.dtype in want or (t.is_const and t.dtype == "float32")):
+                raise unsupported(node, f"initial state '{t.name}' is {t.dtype}, expected {want[0]}")
+        if not 0 <= int(node.attrs.get("cell_pow", 15)) <= 15:
+            raise unsupported(node, "cell_pow must lie in [0, 15]")
+
+    def infer(self, node, ins):
+        s = rnn.spec(node, ins)
+        shapes = rnn.out_shapes(s)
+        return [(shapes[j], QTYPES[j]) for j in range(len(node.outputs))]
+
+    def reference(self, node, ins, *arrays):
+        s = rnn.spec(node, ins)
+        q = qparams(node, ins, s)
+        x = rnn.time_major(np.asarray(arrays[IX], np.int64), s.layout)
+        h0, c0 = _states(q, s, arrays)
+        y, yh, yc = run_int(s, q, x, h0, c0)
+        outs = rnn.pack_outputs(s, y, yh, yc, np.int64)
+        return [o.astype(QTYPES[j]) for j, o in enumerate(outs)][:len(node.outputs)]
+
+    def macs(self, node, ins, outs):
+        return rnn.macs(rnn.spec(node, ins))
+
+    def scratch(self, node, ins, outs):
+        s = rnn.spec(node, ins)
+        # int16 gates (G*H), int16 n parts (GRU: H), int16 cell (H), int8 h and r*h (2H), aligned
+        return 2 * (s.G * s.H + 2 * s.H) + 2 * s.H + 8
+
+    def emit(self, node, ins, outs, k):
+        s = rnn.spec(node, ins)
+        q = qparams(node, ins, s)
+        k.kernel("requant_fixed")
+        mv = k.kernel("qrnn_matvec_s8", {"name": "", "p": k.prefix})
+        sig = k.const(SIG_TABLE, "sigmoid_q15")
+        tnh = k.const(TANH_TABLE, "tanh_q15")
+        outs_by_pos = [node.outputs[j] if len(node.outputs) > j else "" for j in range(3)]
+        y, yh = (k.ptr(o) if o else "(int8_t *)0" for o in outs_by_pos[:2])
+        yc = k.ptr(outs_by_pos[2]) if outs_by_pos[2] else "(int16_t *)0"
+
+        def state(i, ctype, const):
+            t = ins[i] if len(ins) > i else None
+            if const is not None:
+                return k.const(np.ascontiguousarray(np.moveaxis(const, 0, 1) if s.layout else const)
+                               .astype(ctype), f"{node.name}_s{i}")
+            return k.ptr(t) if t is not None else f"(const {rnn_ctype(ctype)} *)0"
+
+        h0 = state(IH0, np.int8, q.h0)
+        c0 = state(IC0, np.int16, q.c0) if s.kind == "LSTM" else "(const int16_t *)0"
+        lens = k.const(s.lens.astype(np.int32), f"{node.name}_lens") if s.lens is not None else "(const int32_t *)0"
+        nmat = 1 if s.kind != "GRU" else (3 if s.lbr else 2)
+        v = {"kind": s.kind.lower(), "mv": mv, "nmat": nmat, "input_forget": s.input_forget, "lbr": s.lbr,
+             "clip": s.clip is not None, "p": k.prefix}
+        v["name"] = rnn.variant_name(s.kind, repr(sorted(v.items())))
+        fn = k.kernel("qrnn_s8", v)
+        for d in range(s.D):
+            margs = []
+            for m, mat in enumerate(q.rows[d]):
+                margs.append(k.const(rnn.pack_rows(mat["wx"], mat["wh"], np.int8), f"{node.name}_w{m}_d{d}"))
+                margs.append(k.const(mat["rec"], f"{node.name}_rq{m}_d{d}"))
+            gm = rnn.geometry(s, d)
+            geo = np.array([s.T, s.B, s.I, s.H, int(s.reverse(d)), gm["sxt"], gm["sxb"], gm["syt"], gm["syb"],
+                            gm["ssb"], q.clip, q.h_mult, q.h_shift, q.h_zp, q.cell_pow], np.int32)
+            gsym = k.const(geo, f"{node.name}_geo")
+            so, yo = gm["s0"], gm["y0"]
+
+            def at(ptr, off):
+                return ptr if ptr.endswith(" *)0") else f"{ptr} + {off}"
+
+            k.line(f"{fn}({k.ptr(ins[IX])}, {', '.join(margs)}, {at(h0, so)}, {at(c0, so)}, {at(y, yo)}, "
+                   f"{at(yh, so)}, {at(yc, so)}, {lens}, {gsym}, {sig}, {tnh}, {k.scratch('int16_t')});")
+
+
+def rnn_ctype(dtype) -> str:
+    return {np.int8: "int8_t", np.int16: "int16_t"}[dtype]
