@@ -54,7 +54,8 @@ def _compile(args):
     return compile_model(args.model, board=args.board, name=args.name,
                          input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
                          requant=args.requant, quantize=args.quantize, calibration=args.calibration,
-                         calibrate=args.calibrate, percentile=args.percentile, io=args.io)
+                         calibrate=args.calibrate, percentile=args.percentile, io=args.io,
+                         stream=args.stream)
 
 
 def cmd_gen(args) -> int:
@@ -254,6 +255,9 @@ def _common(p):
     p.add_argument("--calibrate", choices=("minmax", "percentile", "entropy"), default="minmax",
                    help="how activation ranges come from the samples: minmax (default), percentile "
                         "(clip |x| at --percentile), entropy (KL-divergence threshold)")
+    p.add_argument("--stream", action="store_true",
+                   help="keep recurrent layers' state (LSTM/GRU/RNN) in the arena between calls: run the model "
+                        "frame by frame; <name>_reset() starts over (see README, Streaming)")
     p.add_argument("--percentile", type=float, default=99.99,
                    help="percentile of |x| kept by --calibrate percentile (default 99.99)")
 

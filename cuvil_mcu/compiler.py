@@ -95,7 +95,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   input_shapes: dict | None = None, algorithm: str = "auto",
                   verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
                   calibration: str | dict | None = None, calibrate: str = "minmax",
-                  percentile: float = 99.99, io: str = "model") -> Compiled:
+                  percentile: float = 99.99, io: str = "model", stream: bool = False) -> Compiled:
     prefix = check_name(name)
     b = boards.get(board)
     if isinstance(model, onnx.ModelProto):
@@ -111,13 +111,18 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     g = passes.optimize(g, verify_each=verify_each)
     calib = None
     if quantize is not None or calibration is not None:
-        from . import ptq
-        g, calib = ptq.quantize_graph(g, quantize, calibration, calibrate, percentile, verify_each)
+        from . import ptq, ptq_rnn
+        # --stream: calibrate whole utterances, not one call's frames
+        cg = ptq_rnn.calibration_graph(model, input_shapes, calibration, g, verify_each) if stream else None
+        g, calib = ptq.quantize_graph(g, quantize, calibration, calibrate, percentile, verify_each, calib_graph=cg)
     if io == "int8":
         from .passes import dead_nodes, io_int8
         g = dead_nodes.run(io_int8.run(g))
     elif io != "model":
         raise CuvilError(f"--io '{io}': choose model (the ONNX model's own I/O types) or int8")
+    if stream:
+        from .passes import stream as stream_pass
+        g = stream_pass.run(g)
     _check_nodes(g)
     _note_mixed_precision(g)
     plan = planner.plan(g, algorithm)

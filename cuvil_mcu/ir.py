@@ -107,6 +107,10 @@ class Graph:
     # Requantization of integer ops: "fixed" (integer multiplier + shift, TFLM
     # arithmetic) or "float" (float32 scale, onnxruntime's arithmetic).
     requant: str = "fixed"
+    # Streaming state (passes/stream.py, --stream): (input, output, reset
+    # value) triples; the output is planned on the input's bytes, so a
+    # recurrent layer's state stays in the arena from one call to the next.
+    state: list = field(default_factory=list)
 
     def t(self, name: str) -> Tensor:
         return self.tensors[name]

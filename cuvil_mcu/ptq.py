@@ -614,10 +614,13 @@ def _integer_or_q(n: Node) -> bool:
 
 
 def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str = "minmax",
-                   percentile: float = 99.99, verify_each: bool = False) -> tuple[Graph, dict | None]:
+                   percentile: float = 99.99, verify_each: bool = False,
+                   calib_graph: Graph | None = None) -> tuple[Graph, dict | None]:
     """Calibrate the float graph `g` (already through passes.optimize) and
     return (the int8 graph, through passes.optimize again; the calibration
-    report: tensor -> {min, max, scale, zero_point, method, ...})."""
+    report: tensor -> {min, max, scale, zero_point, method, ...}).
+    calib_graph: the same model at the calibration samples' shapes, run
+    instead of g to observe the ranges (--stream, see ptq_rnn.py)."""
     check_options(quantize, calibration, calibrate, percentile)
     if quantize is None:
         return g, None
@@ -625,16 +628,19 @@ def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str =
     if pre is not None:
         raise CuvilError(f"--quantize int8: the model is already quantized (node '{pre.name}' is "
                          f"{pre.op_type}); compile it without --quantize")
-    data, count = load_calibration(calibration, g)
+    src = g if calib_graph is None else calib_graph
+    data, count = load_calibration(calibration, src)
     _matmul_add_to_gemm(g)
+    if src is not g:
+        _matmul_add_to_gemm(src)
     reg = ops.registry()
     quantized = [n for n in g.nodes if _quantizable(n, g, reg)]
     if not any(n.op_type not in PASS_THROUGH for n in quantized):
         raise CuvilError("--quantize int8: no node of this model has an int8 form here "
                          "(Conv, Gemm, MatMul, Add, Mul, pooling, Softmax, lookup-table activations)")
     qnames = {n.name for n in quantized}
-    lo, hi, hists = _observe(g, data, count, _tensors(g, qnames), calibrate)
-    ptq_rnn.observe(g, qnames, data, count, _run_all)
+    lo, hi, hists = _observe(src, data, count, ptq_rnn.names_in(src, _tensors(g, qnames)), calibrate)
+    ptq_rnn.observe(src, qnames, data, count, _run_all, g)
     ranges = {}
     for name in lo:
         obs_lo, obs_hi = (lo[name], hi[name]) if lo[name] <= hi[name] else (0.0, 0.0)

@@ -18,9 +18,12 @@ Then:
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import ops
+from .errors import CuvilError
 from .ir import Graph, Node
 from .ops import rnn
 from .ops.qrnn import cell_pow
@@ -53,9 +56,10 @@ def quantizable(n: Node, g: Graph, reg) -> bool:
     return not (yc and (users.get(yc) or yc in g.outputs))
 
 
-def observe(g: Graph, qnames: set[str], data: dict, count: int, run_all) -> None:
+def observe(g: Graph, qnames: set[str], data: dict, count: int, run_all, target: Graph | None = None) -> None:
     """Calibrate the quantized recurrent nodes of g: their `_h_range` and
-    `_cell_pow` attributes (over every time step of every sample)."""
+    `_cell_pow` attributes (over every time step of every sample), set on
+    the nodes of the same name in `target` too."""
     nodes = [n for n in g.nodes if n.name in qnames and n.op_type in OPS]
     if not nodes:
         return
@@ -71,11 +75,50 @@ def observe(g: Graph, qnames: set[str], data: dict, count: int, run_all) -> None
             st["h_min"] = min(st.get("h_min", 0.0), rec.get("h_min", 0.0))
             st["h_max"] = max(st.get("h_max", 0.0), rec.get("h_max", 0.0))
             st["c_absmax"] = max(st.get("c_absmax", 0.0), rec.get("c_absmax", 0.0))
+    by_name = {n.name: n for n in (target or g).nodes}
     for n in nodes:
         st = stats[n.name]
-        n.attrs["_h_range"] = (st["h_min"], st["h_max"])
-        if n.op_type == "LSTM":
-            n.attrs["_cell_pow"] = cell_pow(st["c_absmax"])
+        twin = by_name.get(n.name, n)
+        for m in [n] + ([twin] if twin is not n else []):
+            m.attrs["_h_range"] = (st["h_min"], st["h_max"])
+            if n.op_type == "LSTM":
+                m.attrs["_cell_pow"] = cell_pow(st["c_absmax"])
+
+
+def names_in(src: Graph, names: list[str]) -> list[str]:
+    """names, all of which the calibration graph must hold."""
+    missing = [t for t in names if t not in src.tensors]
+    if missing:
+        raise CuvilError(f"--stream calibration: tensor '{missing[0]}' of the model does not exist when it runs "
+                         f"at the calibration samples' shapes; calibrate with samples of the input shape")
+    return names
+
+
+def calibration_graph(model, input_shapes, calibration, g: Graph, verify_each: bool = False) -> Graph | None:
+    """--stream with --quantize: when the calibration samples are longer
+    than one call (whole utterances [samples, 1, 49, 10] for a model run at
+    [1, 1, 10] per call), the float graph at the samples' shapes, so the
+    recurrent state's ranges cover what a stream accumulates. None when
+    the samples have the input shapes."""
+    from . import frontend, passes
+    from .ptq import _read_file
+    if calibration is None:
+        return None
+    data = _read_file(os.fspath(calibration)) if isinstance(calibration, (str, os.PathLike)) else calibration
+    if isinstance(data, np.ndarray):
+        data = {g.inputs[0]: data} if len(g.inputs) == 1 else {}
+    shapes = dict(input_shapes or {})
+    for name in g.inputs:
+        x = np.asarray(data.get(name)) if name in data else None
+        if x is not None and x.ndim == len(g.tensors[name].shape) + 1 and \
+                tuple(x.shape[1:]) != tuple(g.tensors[name].shape):
+            shapes[name] = tuple(int(d) for d in x.shape[1:])
+    if shapes == dict(input_shapes or {}):
+        return None
+    import onnx
+    src = frontend.onnx_loader.from_model(model, shapes) if isinstance(model, onnx.ModelProto) \
+        else frontend.load(model, shapes)
+    return passes.optimize(src, verify_each=verify_each)
 
 
 def _outputs(g: Graph, qnames: set[str]):

@@ -27,16 +27,17 @@ REL_ORT, REL_C = 2e-6, 2e-6
 
 
 def rnn_model(op, T=5, B=2, I=3, H=4, seed=0, outputs=("Y", "Y_h", "Y_c"), bias=True, seq=None,
-              h0=None, c0=None, peep=False, int8_weights=False, opset=14, **attrs):
+              h0=None, c0=None, peep=False, int8_weights=False, opset=14, rscale=0.6, **attrs):
     """One recurrent node over input X. h0 / c0: 'input' (a graph input),
-    'const' (an initializer) or None; seq: sequence lengths (an initializer)."""
+    'const' (an initializer) or None; seq: sequence lengths (an initializer);
+    rscale: the recurrent weights' standard deviation."""
     rng = np.random.default_rng(seed)
     G = GATES[op]
     D = 2 if attrs.get("direction") == "bidirectional" else 1
     xshape = [B, T, I] if attrs.get("layout") else [T, B, I]
     sshape = [B, D, H] if attrs.get("layout") else [D, B, H]
     inits = {"W": (rng.standard_normal((D, G * H, I)) * 0.6).astype(np.float32),
-             "R": (rng.standard_normal((D, G * H, H)) * 0.6).astype(np.float32)}
+             "R": (rng.standard_normal((D, G * H, H)) * rscale).astype(np.float32)}
     inputs = {"X": (xshape, "float32")}
     names = ["X", "W", "R"]
     names.append("B" if bias else "")
