@@ -47,3 +47,51 @@ def samples(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def model_path(kind: str) -> Path:
     return HERE / f"kws_{kind}.onnx"
+
+
+# A firmware-shaped host program for --stream models: model_reset() every
+# argv[1] frames (the utterance length), and per frame write input 0, run,
+# print output 0 -- the caller never touches the state, so what carries it
+# from one call to the next is the arena.
+STREAM_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#define MODEL_IMPLEMENTATION
+#include "model.h"
+static unsigned char arena[MODEL_ARENA_SIZE] MODEL_ARENA_ATTR;
+int main(int argc, char **argv)
+{
+    static unsigned char frame[MODEL_INPUT_0_BYTES];
+    const long per = argc > 1 ? atol(argv[1]) : 0;
+    long frames = 0;
+    memset(arena, 0x5A, sizeof arena);   /* garbage: only model_reset may clear the state */
+    while (fread(frame, 1, sizeof frame, stdin) == sizeof frame) {
+        if (per > 0 && frames % per == 0) model_reset(arena);
+        memcpy(model_input(arena, 0), frame, sizeof frame);
+        if (model_run(arena) != MODEL_OK) return 1;
+        fwrite(model_output(arena, 0), 1, MODEL_OUTPUT_0_BYTES, stdout);
+        ++frames;
+    }
+    return frames ? 0 : 2;
+}
+"""
+
+
+def stream_build(header: str, tmp: Path, cc: str = "gcc") -> Path:
+    """Build STREAM_MAIN around header with -Werror (and the sanitizers)."""
+    import subprocess
+    (tmp / "model.h").write_text(header)
+    (tmp / "main.c").write_text(STREAM_MAIN)
+    exe = tmp / "stream"
+    subprocess.run([cc, "-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{tmp}",
+                    str(tmp / "main.c"), "-o", str(exe), "-lm"], check=True, capture_output=True, text=True)
+    return exe
+
+
+def stream_run(exe: Path, frames: np.ndarray, per: int, out_shape, out_dtype) -> np.ndarray:
+    """Outputs after each frame (frames: [n, *input 0 shape]; a reset every per frames)."""
+    import subprocess
+    r = subprocess.run([str(exe), str(per)], input=np.ascontiguousarray(frames).tobytes(), capture_output=True,
+                       timeout=120, check=True)
+    return np.frombuffer(r.stdout, out_dtype).reshape((len(frames),) + tuple(out_shape))

@@ -27,16 +27,17 @@ REL_ORT, REL_C = 2e-6, 2e-6
 
 
 def rnn_model(op, T=5, B=2, I=3, H=4, seed=0, outputs=("Y", "Y_h", "Y_c"), bias=True, seq=None,
-              h0=None, c0=None, peep=False, int8_weights=False, opset=14, rscale=0.6, **attrs):
+              h0=None, c0=None, peep=False, int8_weights=False, opset=14, rscale=0.6, wscale=0.6,
+              **attrs):
     """One recurrent node over input X. h0 / c0: 'input' (a graph input),
     'const' (an initializer) or None; seq: sequence lengths (an initializer);
-    rscale: the recurrent weights' standard deviation."""
+    wscale / rscale: the input / recurrent weights' standard deviation."""
     rng = np.random.default_rng(seed)
     G = GATES[op]
     D = 2 if attrs.get("direction") == "bidirectional" else 1
     xshape = [B, T, I] if attrs.get("layout") else [T, B, I]
     sshape = [B, D, H] if attrs.get("layout") else [D, B, H]
-    inits = {"W": (rng.standard_normal((D, G * H, I)) * 0.6).astype(np.float32),
+    inits = {"W": (rng.standard_normal((D, G * H, I)) * wscale).astype(np.float32),
              "R": (rng.standard_normal((D, G * H, H)) * rscale).astype(np.float32)}
     inputs = {"X": (xshape, "float32")}
     names = ["X", "W", "R"]
@@ -78,6 +79,27 @@ def rnn_model(op, T=5, B=2, I=3, H=4, seed=0, outputs=("Y", "Y_h", "Y_c"), bias=
     for name in ("h0", "c0"):
         if name in inputs:
             feeds[name] = rng.uniform(-1, 1, sshape).astype(np.float32)
+    return m, feeds
+
+
+def merge(models_feeds):
+    """One model holding every (model, feeds) pair's graph side by side
+    (names prefixed m0_, m1_, ...), and the merged feeds: one compile and
+    one build for many layers."""
+    from onnx import compose
+    nodes, inputs, outputs, inits, feeds = [], [], [], [], {}
+    for i, (m, f) in enumerate(models_feeds):
+        p = compose.add_prefix(m, f"m{i}_")
+        nodes += p.graph.node
+        inputs += p.graph.input
+        outputs += p.graph.output
+        inits += p.graph.initializer
+        feeds.update({f"m{i}_{k}": v for k, v in f.items()})
+    opset = max(o.version for m, _ in models_feeds for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    g = helper.make_graph(nodes, "merged", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = min(m.ir_version, 9)
+    onnx.checker.check_model(m)
     return m, feeds
 
 
@@ -161,12 +183,12 @@ def test_int8_weights_stay_int8_in_flash(op):
 def test_strict_builds_and_sanitizers():
     """-Wall -Wextra -Werror -pedantic as C99 / C11 / C++ (gcc, clang),
     AddressSanitizer + UBSan, for every kernel variant family."""
-    models = [rnn_model("LSTM", direction="bidirectional", peep=True, clip=0.5, seq=[5, 3], h0="input", c0="input"),
-              rnn_model("GRU", linear_before_reset=1, outputs=("Y_h",)),
-              rnn_model("GRU", direction="reverse", int8_weights=True),
-              rnn_model("RNN", layout=1, activations=["Relu"])]
-    for m, feeds in models:
-        check_strict_builds(m, feeds, rel=REL_C)
+    m, feeds = merge([rnn_model("LSTM", direction="bidirectional", peep=True, clip=0.5, seq=[5, 3], h0="input",
+                                c0="input"),
+                      rnn_model("GRU", linear_before_reset=1, outputs=("Y_h",)),
+                      rnn_model("GRU", direction="reverse", int8_weights=True),
+                      rnn_model("RNN", layout=1, activations=["Relu"])])
+    check_strict_builds(m, feeds, rel=REL_C)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -215,3 +237,93 @@ def test_runtime_weights_are_refused():
     _make_input(m, "R", onnx.TensorProto.FLOAT)
     with pytest.raises(UnsupportedOpError, match=r"rnn_node.*input R 'R' must be a constant"):
         compile_model(m)
+
+
+def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
+    """A run-time sequence_lens and an unknown activation, through `gen`:
+    exit 2, one stderr line naming the node and the input / attribute, no
+    files; --stream on a bidirectional layer likewise."""
+    from test_cli import cli, fails
+    m, _ = rnn_model("LSTM", seq=[5, 2])
+    _make_input(m, "seq", onnx.TensorProto.INT32)
+    onnx.save(m, tmp_path / "seq.onnx")
+    m, _ = rnn_model("GRU", activations=["Sigmoid", "Swish"])
+    onnx.save(m, tmp_path / "act.onnx")
+    m, _ = rnn_model("RNN", direction="bidirectional")
+    onnx.save(m, tmp_path / "bi.onnx")
+    for model, extra, words in (("seq.onnx", [], ["lstm_node", "sequence_lens 'seq'"]),
+                                ("act.onnx", [], ["gru_node", "activations", "'Swish'"]),
+                                ("bi.onnx", ["--stream"], ["rnn_node", "bidirectional", "--stream"])):
+        out = tmp_path / f"out_{model}"
+        msg = fails(cli("gen", tmp_path / model, "-o", out, *extra), out=out)
+        assert all(w in msg for w in words), msg
+
+
+# --------------------------------------------------------------------------- the PyTorch keyword models
+
+from rnn_kws import model_path, samples, stream_build, stream_run  # noqa: E402
+
+KWS_INPUT = {"mfcc": (1, 49, 10)}
+# generated C / QEMU vs onnxruntime on the keyword models: relative to max |logit|
+REL_KWS = 1e-5
+
+
+@pytest.fixture(scope="module", params=["lstm", "gru"])
+def kws_float(request):
+    return request.param, onnx.load(model_path(request.param))
+
+
+def test_keyword_model_float_on_host(kws_float):
+    kind, m = kws_float
+    c = compile_model(m, input_shapes=KWS_INPUT)
+    assert [n.op_type for n in c.graph.nodes].count(kind.upper()) == 1
+    x, _ = samples(6, seed=3)
+    from cuvil_mcu.sim import host
+    g = c.graph
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs])
+    (outs,) = host.run(exe, [x], c.out_specs, len(x))
+    for i in range(len(x)):
+        (want,) = run_ort(m, {"mfcc": x[i]})
+        assert_close(outs[i], want, REL_KWS, f"{kind} sample {i}: generated C vs onnxruntime")
+
+
+_QEMU = pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
+                           reason="needs apt packages gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm")
+
+
+@_QEMU
+@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps3-an547"])
+def test_keyword_model_float_on_boards(kws_float, board):
+    """newlib's expf / tanhf and the FPU on the emulated core: within
+    REL_KWS of onnxruntime (and of the host reference, sim's own check)."""
+    from cuvil_mcu.sim import qemu
+    kind, m = kws_float
+    c = compile_model(m, board=board, input_shapes=KWS_INPUT)
+    x, _ = samples(2, seed=4)
+    r = qemu.simulate(c, [x])
+    # (the Gemm kernel's own -Waggressive-loop-optimizations note is not ours)
+    assert not [ln for ln in r.warnings.splitlines() if "rnn_" in ln], r.warnings
+    cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, [x]), c.graph.outputs)
+    assert cmp.ok, cmp.first_mismatch
+    for i in range(len(x)):
+        (want,) = run_ort(m, {"mfcc": x[i]})
+        assert_close(r.outputs[0][i], want, REL_KWS, f"{kind} on {board}, sample {i}: vs onnxruntime")
+
+
+def test_keyword_model_float_streams(kws_float, tmp_path):
+    """--stream, one frame per call, the state left in the arena: after 49
+    frames the logits match onnxruntime on the whole utterance, for two
+    utterances with model_reset() in between; the header says how."""
+    kind, m = kws_float
+    c = compile_model(m, input_shapes={"mfcc": (1, 1, 10)}, stream=True, verify_each=True)
+    assert "model_reset(arena)" in c.header and "MODEL_NUM_STATES" in c.header
+    g = c.graph
+    for inp, out, _ in g.state:       # aliased: the same bytes
+        assert c.plan.tensor_offset[inp] == c.plan.tensor_offset[out]
+    x, _ = samples(2, seed=9)
+    frames = np.concatenate([x[i, 0][:, None, None, :] for i in range(2)])
+    outs = stream_run(stream_build(c.header, tmp_path), frames, 49, (1, 12), np.float32)
+    for i in range(2):
+        (want,) = run_ort(m, {"mfcc": x[i]})
+        assert_close(outs[49 * i + 48], want, REL_KWS, f"{kind} utterance {i}: streamed vs onnxruntime")

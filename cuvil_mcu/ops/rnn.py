@@ -284,6 +284,10 @@ def run_float(s: Spec, x, w, r, wb, rb, p, h0, c0, record: dict | None = None):
         for bi in range(s.B):
             L = s.length(bi)
             h, c = h0[d, bi].copy(), c0[d, bi].copy()
+            if record is not None:   # the initial state is a hidden state too
+                record["h_min"] = min(record.get("h_min", 0.0), float(h.min()) if H else 0.0)
+                record["h_max"] = max(record.get("h_max", 0.0), float(h.max()) if H else 0.0)
+                record["c_absmax"] = max(record.get("c_absmax", 0.0), float(np.abs(c).max()) if H else 0.0)
             steps = range(L - 1, -1, -1) if s.reverse(d) else range(L)
             for t in steps:
                 xt = x[t, bi].astype(np.float64)
@@ -449,9 +453,10 @@ class Recurrent(Op):
                 margs.append(k.const(pack_rows(mx, mh, wdt), f"{node.name}_w{m}_d{d}"))
                 margs.append(k.const(np.asarray(mb, np.float32), f"{node.name}_b{m}_d{d}"))
                 if int8_w:
+                    # no h part: the x scales stand in (never read; the kernel steps both pointers)
                     margs.append(k.const(np.ascontiguousarray(sx[d, rows], np.float32), f"{node.name}_sx{m}_d{d}"))
-                    margs.append(k.const(np.ascontiguousarray(sh[d, rows], np.float32), f"{node.name}_sh{m}_d{d}")
-                                 if sh is not None else "(const float *)0")
+                    margs.append(k.const(np.ascontiguousarray((sh if sh is not None else sx)[d, rows], np.float32),
+                                         f"{node.name}_sh{m}_d{d}"))
             p = k.const(np.asarray(peep.data[d], np.float32), f"{node.name}_p_d{d}") if peep is not None \
                 else "(const float *)0"
             gm = geometry(s, d)
