@@ -327,3 +327,40 @@ def test_keyword_model_float_streams(kws_float, tmp_path):
     for i in range(2):
         (want,) = run_ort(m, {"mfcc": x[i]})
         assert_close(outs[49 * i + 48], want, REL_KWS, f"{kind} utterance {i}: streamed vs onnxruntime")
+
+
+def test_kernel_tanh_and_sigmoid_over_every_step(tmp_path):
+    """The kernels' own tanh / sigmoid (templates/kernels/rnn_act_f32.c.j2),
+    called from a program that includes a generated header, on every
+    step of 3e-5 over [-12, 12]: within 4.5e-7 relative (tanh) and
+    2.5e-7 absolute (sigmoid) of numpy's float64 functions."""
+    import subprocess
+    m, _ = rnn_model("LSTM")
+    (tmp_path / "model.h").write_text(compile_model(m).header)
+    (tmp_path / "main.c").write_text(r"""
+#include <stdio.h>
+#define MODEL_IMPLEMENTATION
+#include "model.h"
+int main(void)
+{
+    float v, out[2];
+    while (fread(&v, sizeof v, 1, stdin) == 1) {
+        out[0] = model__rnn_tanh(v);
+        out[1] = model__rnn_sigmoid(v);
+        fwrite(out, sizeof out, 1, stdout);
+    }
+    return 0;
+}
+""")
+    exe = tmp_path / "act"
+    subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{tmp_path}",
+                    str(tmp_path / "main.c"), "-o", str(exe), "-lm"], check=True, capture_output=True)
+    x = np.arange(-12.0, 12.0, 3e-5).astype(np.float32)
+    r = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True, timeout=120)
+    t, s = np.frombuffer(r.stdout, np.float32).reshape(-1, 2).T.astype(np.float64)
+    xd = x.astype(np.float64)
+    exact_t = np.tanh(xd)
+    rel = np.abs(t - exact_t) / np.maximum(np.abs(exact_t), 1e-30)
+    assert rel.max() <= 4.5e-7, f"tanh: {rel.max():.3g} at x = {x[np.argmax(rel)]!r}"
+    ab = np.abs(s - 1.0 / (1.0 + np.exp(-xd)))
+    assert ab.max() <= 2.5e-7, f"sigmoid: {ab.max():.3g} at x = {x[np.argmax(ab)]!r}"
