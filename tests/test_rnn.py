@@ -364,3 +364,55 @@ int main(void)
     assert rel.max() <= 4.5e-7, f"tanh: {rel.max():.3g} at x = {x[np.argmax(rel)]!r}"
     ab = np.abs(s - 1.0 / (1.0 + np.exp(-xd)))
     assert ab.max() <= 2.5e-7, f"sigmoid: {ab.max():.3g} at x = {x[np.argmax(ab)]!r}"
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("last_step", [False, True])
+def test_batch_first_pattern_runs_without_copies(op, last_step):
+    """PyTorch's batch_first export (Transpose -> layer -> Squeeze ->
+    Transpose [-> Gather(-1)]) with batch 3: no Transpose is left, the
+    layer reads x in layout 1 (and writes only Y_h when only the last
+    step is read), and the result still matches onnxruntime."""
+    rng = np.random.default_rng(5)
+    B, T, I, H = 3, 6, 4, 5
+    G = GATES[op]
+    inits = {"W": rng.standard_normal((1, G * H, I)).astype(np.float32) * 0.5,
+             "R": rng.standard_normal((1, G * H, H)).astype(np.float32) * 0.5,
+             "B": rng.standard_normal((1, 2 * G * H)).astype(np.float32) * 0.5,
+             "h0": np.zeros((1, B, H), np.float32), "axes": np.array([1], np.int64),
+             "last": np.array(-1, np.int64)}
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node(op, ["xt", "W", "R", "B", "", "h0"], outs, hidden_size=H, name="layer"),
+             helper.make_node("Squeeze", ["Y", "axes"], ["ys"]),
+             helper.make_node("Transpose", ["ys"], ["y"], perm=[1, 0, 2])]
+    if last_step:
+        nodes.append(helper.make_node("Gather", ["y", "last"], ["z"], axis=1))
+    m = make_model(nodes, {"x": ([B, T, I], "float32")}, ["z" if last_step else "y"], inits, opset=14)
+    x = rng.standard_normal((B, T, I)).astype(np.float32)
+    c = compile_model(m, verify_each=True)
+    ops_left = [n.op_type for n in c.graph.nodes]
+    assert "Transpose" not in ops_left and "Gather" not in ops_left, ops_left
+    (layer,) = [n for n in c.graph.nodes if n.op_type == op]
+    assert layer.attrs["layout"] == 1 and layer.inputs[0] == "x"
+    assert (layer.outputs[0] == "") == last_step
+    (got,) = run_c(m, {"x": x})
+    (want,) = run_ort(m, {"x": x})
+    assert_close(got, want, REL_ORT, "generated C vs onnxruntime")
+
+
+def test_batch_first_pattern_left_alone_when_states_are_read():
+    """Y_h is a model output: the layer keeps layout 0 (its Y_h layout would change)."""
+    rng = np.random.default_rng(6)
+    inits = {"W": rng.standard_normal((1, 12, 4)).astype(np.float32),
+             "R": rng.standard_normal((1, 12, 4)).astype(np.float32), "axes": np.array([1], np.int64)}
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("GRU", ["xt", "W", "R"], ["Y", "Y_h"], hidden_size=4, name="layer"),
+             helper.make_node("Squeeze", ["Y", "axes"], ["ys"]),
+             helper.make_node("Transpose", ["ys"], ["y"], perm=[1, 0, 2])]
+    m = make_model(nodes, {"x": ([2, 5, 4], "float32")}, ["y", "Y_h"], inits, opset=14)
+    c = compile_model(m, verify_each=True)
+    assert [n.op_type for n in c.graph.nodes].count("Transpose") == 2
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    for got, want in zip(run_c(m, {"x": x}), run_ort(m, {"x": x})):
+        assert_close(got, want, REL_ORT, "generated C vs onnxruntime")
