@@ -140,6 +140,15 @@ class Graph:
             name = f"{base}_{k}"
         return name
 
+    def fresh_node_name(self, base: str) -> str:
+        """A node name derived from base that no node has yet."""
+        names = {n.name for n in self.nodes}
+        name, k = base, 0
+        while name in names:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
     def rename_uses(self, old: str, new: str) -> None:
         """Make every consumer (and the graph outputs) read `new` instead of `old`."""
         for n in self.nodes:

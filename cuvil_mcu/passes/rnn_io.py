@@ -51,18 +51,9 @@ def _unused(g: Graph, cons, name: str) -> bool:
     return not name or (not cons.get(name) and name not in g.outputs)
 
 
-def _fresh_node(g: Graph, base: str) -> str:
-    names = {n.name for n in g.nodes}
-    name, k = base, 0
-    while name in names:
-        k += 1
-        name = f"{base}_{k}"
-    return name
-
-
 def _reshape(g: Graph, src: str, dst: str, shape, base: str) -> Node:
     s = g.add_const(f"{base}_shape", np.asarray(shape, np.int64))
-    return Node(_fresh_node(g, base), "Reshape", [src, s], [dst], {}, opset=g.opset)
+    return Node(g.fresh_node_name(base), "Reshape", [src, s], [dst], {}, opset=g.opset)
 
 
 def run(g: Graph) -> Graph:
