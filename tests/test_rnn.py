@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.errors import UnsupportedOpError
 from helpers import assert_close, check_strict_builds, make_model, run_c, run_ort, run_ref
@@ -416,3 +417,39 @@ def test_batch_first_pattern_left_alone_when_states_are_read():
     x = rng.standard_normal((2, 5, 4)).astype(np.float32)
     for got, want in zip(run_c(m, {"x": x}), run_ort(m, {"x": x})):
         assert_close(got, want, REL_ORT, "generated C vs onnxruntime")
+
+
+@_QEMU
+def test_every_float_variant_on_the_m4():
+    """FMA and the kernels' tanh / sigmoid on a Cortex-M4F: every float
+    variant (peepholes, clip, int8 weights, layout 1, odd sizes) within the
+    float tolerance of the reference."""
+    from cuvil_mcu.sim import qemu
+    m, feeds = merge([rnn_model("LSTM", direction="bidirectional", peep=True, clip=0.5, seq=[5, 3], h0="input",
+                                c0="input"),
+                      rnn_model("GRU", linear_before_reset=1, outputs=("Y_h",), H=5),
+                      rnn_model("GRU", direction="reverse", int8_weights=True),
+                      rnn_model("RNN", layout=1, activations=["Relu"], H=3)])
+    c = compile_model(m, board="qemu-mps2-an386")
+    g = c.graph
+    xs = [np.asarray(feeds[n], g.tensors[n].dtype)[None] for n in g.inputs]
+    r = qemu.simulate(c, xs)
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        assert_close(o[0], ref[name], REL_C, f"{name} on the M4 vs reference")
+
+
+def test_stream_refusals_name_the_node():
+    from cuvil_mcu.errors import CuvilError
+    cases = [(rnn_model("LSTM", direction="reverse")[0], "direction=reverse"),
+             (rnn_model("GRU", seq=[5, 2])[0], "sequence_lens"),
+             (make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": ([2], "float32")}, ["y"]), "no recurrent")]
+    for m, words in cases:
+        with pytest.raises(CuvilError, match=words):
+            compile_model(m, stream=True)
+    # a run-time initial state that other nodes read too
+    m, _ = rnn_model("RNN", h0="input")
+    m.graph.node.append(helper.make_node("Relu", ["h0"], ["h0_relu"]))
+    m.graph.output.append(helper.make_tensor_value_info("h0_relu", onnx.TensorProto.FLOAT, [1, 2, 4]))
+    with pytest.raises(CuvilError, match="rnn_node.*shares its initial state 'h0'"):
+        compile_model(m, stream=True)

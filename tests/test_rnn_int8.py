@@ -232,3 +232,22 @@ def test_keyword_model_int8_streams_bit_exact(kws, tmp_path):
         whole = reference.run(c.graph, {"mfcc": x[i]})["logits"]
         assert_exact(outs[49 * i + 48], whole, f"{kind} utterance {i}: 49 streamed frames vs whole window")
     assert s.plan.arena_size < c.plan.arena_size, (s.plan.arena_size, c.plan.arena_size)
+
+
+@needs_qemu
+@pytest.mark.parametrize("board", ["qemu-mps2-an385", "qemu-mps2-an386"])
+def test_every_integer_variant_on_boards(board):
+    """The DSP-extension kernel path (M4) and the plain C one (M3) of every
+    variant — bidirectional LSTM with clip and sequence lengths, GRU with
+    linear_before_reset 0 and 1, an RNN in layout 1 with an odd hidden size
+    (the row-pair tail) — bit for bit with the integer reference."""
+    parts = [rnn_model(op, T=7, I=kw.pop("I", 6), H=kw.pop("H", 8), outputs=("Y", "Y_h"), wscale=0.4, rscale=0.3,
+                       **kw)
+             for op, kw in (("LSTM", {"direction": "bidirectional", "clip": 0.8, "seq": [7, 3]}),
+                            ("GRU", {"linear_before_reset": 1, "I": 5}), ("GRU", {"h0": "const", "H": 6}),
+                            ("RNN", {"layout": 1, "H": 5, "I": 3}))]
+    m, feeds = merge(parts)
+    calib = {k: np.random.RandomState(1).randn(16, *v.shape).astype(np.float32) for k, v in feeds.items()}
+    c = compile_model(m, board=board, quantize="int8", calibration=calib)
+    r, _ = sim_exact(c, feeds, min_unique=3)
+    assert "warning:" not in r.warnings, r.warnings
