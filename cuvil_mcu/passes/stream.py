@@ -91,5 +91,8 @@ def run(g: Graph) -> Graph:
                 qp = QuantParams(np.asarray([n.attrs["h_scale"]], np.float32), np.asarray([q.h_zp], np.int8))
                 g.tensors[name].quant = g.tensors[out].quant = qp
             g.state.append((name, out, np.ascontiguousarray(reset).astype(dtype)))
+        pairs = [(g.inputs.index(i), g.outputs.index(o)) for i, o, _ in g.state[-len(slots):]]
+        g.notes.append(f"--stream: the state of {n.op_type} '{n.name}' is input/output "
+                       + ", ".join(f"{i}/{o}" for i, o in pairs) + " (the same bytes); the header's reset() call starts over")
     g.prune_tensors()
     return g
