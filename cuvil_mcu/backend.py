@@ -52,6 +52,10 @@ PARAM_INPUTS: dict[str, tuple[int, ...]] = {
     "ReduceMax": (1,),
     "ReduceSum": (1,),
     "Dropout": (1, 2),
+    # W, R, B, sequence_lens, P (initial_h / initial_c stay run-time inputs)
+    "LSTM": (1, 2, 3, 4, 7),
+    "GRU": (1, 2, 3, 4),
+    "RNN": (1, 2, 3, 4),
     "QLinearConv": (1, 2, 3, 4, 5, 6, 7, 8),
     "ConvInteger": (1, 2, 3),
     "QLinearMatMul": (1, 2, 4, 5, 6, 7),

@@ -54,7 +54,7 @@ def _compile(args):
                          requant=args.requant, quantize=args.quantize, calibration=args.calibration,
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
                          weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
-                         precision=args.precision)
+                         precision=args.precision, stream=args.stream)
 
 
 def _opt_level(args) -> int:
@@ -357,6 +357,9 @@ def _common(p):
     p.add_argument("--calibrate", choices=("minmax", "percentile", "entropy"), default="minmax",
                    help="how activation ranges come from the samples: minmax (default), percentile "
                         "(clip |x| at --percentile), entropy (KL-divergence threshold)")
+    p.add_argument("--stream", action="store_true",
+                   help="keep recurrent layers' state (LSTM/GRU/RNN) in the arena between calls: run the model "
+                        "frame by frame; <name>_reset() starts over (see README, Streaming)")
     p.add_argument("--percentile", type=float, default=99.99,
                    help="percentile of |x| kept by --calibrate percentile (default 99.99)")
     from .opt import OPT_LEVELS

@@ -106,7 +106,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
                   calibration: str | dict | None = None, calibrate: str = "minmax",
                   percentile: float = 99.99, io: str = "model", weights: str = "inline",
-                  opt_level: int = 3, precision: str | None = None) -> Compiled:
+                  opt_level: int = 3, precision: str | None = None,
+                  stream: bool = False) -> Compiled:
     prefix = check_name(name)
     if weights not in ("inline", "separate"):
         raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
@@ -144,6 +145,9 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         g = dead_nodes.run(io_int8.run(g))
     elif io != "model":
         raise CuvilError(f"--io '{io}': choose model (the ONNX model's own I/O types) or int8")
+    if stream:
+        from .passes import stream as stream_pass
+        g = stream_pass.run(g)
     _check_nodes(g)
     _note_mixed_precision(g)
     plan = planner.plan(g, algorithm)

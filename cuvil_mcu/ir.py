@@ -107,6 +107,10 @@ class Graph:
     # Requantization of integer ops: "fixed" (integer multiplier + shift, TFLM
     # arithmetic) or "float" (float32 scale, onnxruntime's arithmetic).
     requant: str = "fixed"
+    # Streaming state (passes/stream.py, --stream): (input, output, reset
+    # value) triples; the output is planned on the input's bytes, so a
+    # recurrent layer's state stays in the arena from one call to the next.
+    state: list = field(default_factory=list)
 
     def t(self, name: str) -> Tensor:
         return self.tensors[name]
@@ -132,6 +136,15 @@ class Graph:
     def fresh_name(self, base: str) -> str:
         name, k = base, 0
         while name in self.tensors:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
+    def fresh_node_name(self, base: str) -> str:
+        """A node name derived from base that no node has yet."""
+        names = {n.name for n in self.nodes}
+        name, k = base, 0
+        while name in names:
             k += 1
             name = f"{base}_{k}"
         return name

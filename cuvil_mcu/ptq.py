@@ -43,7 +43,7 @@ import re
 
 import numpy as np
 
-from . import ops, passes, quant
+from . import ops, passes, ptq_rnn, quant
 from .errors import CuvilError, InputError, ShapeError, UnsupportedOpError
 from .ir import Graph, Node, Tensor
 
@@ -202,6 +202,8 @@ def _quantizable(n: Node, g: Graph, reg) -> bool:
     """Whether the QDQ pass will turn this node into an integer op, given the
     pairs this module inserts."""
     t = n.op_type
+    if t in ptq_rnn.OPS:   # LSTM / GRU / RNN: several outputs, internal state
+        return ptq_rnn.quantizable(n, g, reg)
     target = INT_OP.get(t)
     if target is None or target not in reg or len([o for o in n.outputs if o]) != 1 or not n.outputs[0]:
         return False
@@ -529,8 +531,10 @@ def _insert(g: Graph, quantized: set[str], params: dict[str, tuple[float, int]])
         src0 = n.inputs[0] if n.inputs else ""
         n.inputs = [renamed.get(i, i) for i in n.inputs]
         if n.name in quantized:
-            new += _quantize_consts(n, g, b, params[src0][0] if src0 in params else None)
+            new += ptq_rnn.consts(n, g, b) if n.op_type in ptq_rnn.OPS else \
+                _quantize_consts(n, g, b, params[src0][0] if src0 in params else None)
         new.append(n)
+        new += ptq_rnn.state_qdq(n, g, b, params)
         out = n.outputs[0] if n.outputs else ""
         if not out or out not in params:
             continue
@@ -611,10 +615,13 @@ def _integer_or_q(n: Node) -> bool:
 
 def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str = "minmax",
                    percentile: float = 99.99, verify_each: bool = False,
-                   keep_float: set[str] | frozenset = frozenset()) -> tuple[Graph, dict | None]:
+                   keep_float: set[str] | frozenset = frozenset(),
+                   calib_graph: Graph | None = None) -> tuple[Graph, dict | None]:
     """Calibrate the float graph `g` (already through passes.optimize) and
     return (the int8 graph, through passes.optimize again; the calibration
-    report: tensor -> {min, max, scale, zero_point, method, ...})."""
+    report: tensor -> {min, max, scale, zero_point, method, ...}).
+    calib_graph: the same model at the calibration samples' shapes, run
+    instead of g to observe the ranges (--stream, see ptq_rnn.py)."""
     check_options(quantize, calibration, calibrate, percentile)
     if quantize is None:
         return g, None
@@ -622,8 +629,11 @@ def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str =
     if pre is not None:
         raise CuvilError(f"--quantize int8: the model is already quantized (node '{pre.name}' is "
                          f"{pre.op_type}); compile it without --quantize")
-    data, count = load_calibration(calibration, g)
+    src = g if calib_graph is None else calib_graph
+    data, count = load_calibration(calibration, src)
     _matmul_add_to_gemm(g)
+    if src is not g:
+        _matmul_add_to_gemm(src)
     reg = ops.registry()
     # keep_float: nodes the user keeps in float (--precision int8,fp16:<nodes>)
     quantized = [n for n in g.nodes if _quantizable(n, g, reg) and n.name not in keep_float]
@@ -631,7 +641,8 @@ def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str =
         raise CuvilError("--quantize int8: no node of this model has an int8 form here "
                          "(Conv, Gemm, MatMul, Add, Mul, pooling, Softmax, lookup-table activations)")
     qnames = {n.name for n in quantized}
-    lo, hi, hists = _observe(g, data, count, _tensors(g, qnames), calibrate)
+    lo, hi, hists = _observe(src, data, count, ptq_rnn.names_in(src, _tensors(g, qnames)), calibrate)
+    ptq_rnn.observe(src, qnames, data, count, _run_all, g)
     ranges = {}
     for name in lo:
         obs_lo, obs_hi = (lo[name], hi[name]) if lo[name] <= hi[name] else (0.0, 0.0)
@@ -644,6 +655,7 @@ def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str =
                 th = entropy_threshold(hists[name], amax, 255 if r_lo == 0.0 or r_hi == 0.0 else 128)
             r_lo, r_hi = max(r_lo, -th), min(r_hi, th)
         ranges[name] = (obs_lo, obs_hi, r_lo, r_hi)
+    ptq_rnn.set_ranges(g, qnames, ranges)
 
     # An integer op may refuse an attribute value its float op accepts: that
     # node then stays float, and the rest is quantized again without it.
@@ -651,6 +663,7 @@ def quantize_graph(g: Graph, quantize: str | None, calibration, calibrate: str =
     for _ in range(len(qnames) + 1):
         g = copy.deepcopy(float_graph)
         params, report = _params(g, qnames, ranges, calibrate, count)
+        ptq_rnn.set_params(g, qnames, params, report, act_params)
         _insert(g, qnames, params)
         g = passes.optimize(g, verify_each=verify_each)
         refused = _refused(g, qnames)

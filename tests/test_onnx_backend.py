@@ -80,6 +80,9 @@ OP_TESTS = {
     "Dropout": r"^test_dropout_",
     "Constant": r"^test_constant$",
     "Shape": r"^test_shape(_|$)",
+    "LSTM": r"^test_lstm_",
+    "GRU": r"^test_gru_",
+    "RNN": r"^test_(simple_rnn|rnn_seq)",
     # int8 / uint8
     "QLinearConv": r"^test_qlinearconv$",
     "QLinearMatMul": r"^test_qlinearmatmul_",

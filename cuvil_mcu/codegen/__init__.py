@@ -221,6 +221,10 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         t = g.tensors[name]
         if t.is_const:
             k.line(f"memcpy(a + {plan.tensor_offset[name]}u, {k.const(t.data, name)}, {t.nbytes}u);")
+    states = [{"input": g.inputs.index(inp), "output": g.outputs.index(out), "offset": plan.tensor_offset[inp],
+               "bytes": g.tensors[inp].nbytes,
+               "init": k.const(reset, f"{inp}_reset") if np.asarray(reset).any() else None}
+              for inp, out, reset in g.state]
     P = prefix.upper()
     ctx = {
         "p": prefix, "P": P,
@@ -235,6 +239,7 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "board": board,
         "summary": summary or {},
         "plan": plan,
+        "states": states,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
         "wblob": None,
     }

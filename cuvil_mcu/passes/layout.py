@@ -44,12 +44,7 @@ def _compose(p1, p2):
 
 
 def _unique(g: Graph, base: str) -> str:
-    names = {n.name for n in g.nodes}
-    name, k = base, 0
-    while name in names:
-        k += 1
-        name = f"{base}_{k}"
-    return name
+    return g.fresh_node_name(base)
 
 
 def _convert(g: Graph) -> bool:

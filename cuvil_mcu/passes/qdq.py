@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
+from . import qdq_rnn
 
 INT_TYPES = ("int8", "uint8")
 # Ops that move or select integer values without changing scale.
@@ -189,6 +190,8 @@ def _replace(n: Node, new: list[Node], qs: list[Node], absorbed: list[Node], ctx
 def _rewrite(n: Node, ctx: _Ctx) -> bool:
     g = ctx.g
     t = n.op_type
+    if t in qdq_rnn.OPS:   # recurrent layers: their own patterns
+        return qdq_rnn.rewrite(n, ctx)
     if t in ("Conv", "MatMul", "Gemm", "Add", "Mul"):
         allow_act = True
     elif t in ("AveragePool", "GlobalAveragePool", "Softmax", "Concat") or t in LUT_FNS:
@@ -366,7 +369,7 @@ def _fix_shapes(g: Graph, nodes: list[Node]) -> None:
     shape and dtype; make sure each output tensor exists."""
     for n in nodes:
         for o in n.outputs:
-            assert o in g.tensors, o
+            assert not o or o in g.tensors, o   # "": an absent optional output
 
 
 def run(g: Graph) -> Graph:

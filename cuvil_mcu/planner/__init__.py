@@ -121,6 +121,8 @@ def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
             live(name, -1)
 
     scratch: dict[str, int] = {}
+    # a streaming state output takes its state input's buffer (g.state)
+    alias = {out: inp for inp, out, _ in getattr(g, "state", [])}
     for i, n in enumerate(g.nodes):
         op = ops.get(n.op_type)
         ins = [g.tensors[t] if t else None for t in n.inputs]
@@ -135,7 +137,9 @@ def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
             if not o:
                 continue
             r = None
-            if j == 0 and op.view and ins and ins[0] is not None and not ins[0].is_const:
+            if o in alias:
+                r = root[alias[o]]
+            elif j == 0 and op.view and ins and ins[0] is not None and not ins[0].is_const:
                 r = root[ins[0].name]
             elif j == 0 and op.can_inplace(n):
                 r = _inplace_root(g, n, i, root, last_read, outputs)
