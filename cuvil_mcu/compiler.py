@@ -130,5 +130,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b)
-    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
+    # boards with a firmware project: its samples.c holds one sample of every input in flash
+    samples = sum(g.tensors[n].nbytes for n in g.inputs) if b.flash_base is not None else 0
+    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes, samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)
