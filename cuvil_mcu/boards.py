@@ -44,7 +44,8 @@ class Board:
     ram_margin: int = 0
     harness_clock_hz: int | None = None  # core clock as the harness runs it (no PLL set up)
     uart: dict = field(default_factory=dict)
-    flashing: list[str] = field(default_factory=list)  # how to flash the project (README of gen's project)
+    flashing: list[str] = field(default_factory=list)
+    boot2: bool = False             # RP2040: the image starts with a 256-byte second-stage boot loader  # how to flash the project (README of gen's project)
     sim: dict = field(default_factory=dict)
     renode: dict = field(default_factory=dict)
     zephyr_board: str | None = None
@@ -59,7 +60,7 @@ class Board:
 
 _FIELDS = {"id", "name", "core", "isa", "cflags", "ram", "flash", "clock_hz", "stack_reserve",
            "flash_base", "ram_base", "code_reserve", "data_reserve", "flash_margin", "ram_margin",
-           "harness_clock_hz", "uart", "flashing", "sim",
+           "harness_clock_hz", "uart", "flashing", "boot2", "sim",
            "renode", "zephyr_board", "platformio_board", "vendor", "requant", "emit"}
 
 

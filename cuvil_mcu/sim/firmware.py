@@ -233,6 +233,8 @@ def files(compiled, board: Board, inputs: list[np.ndarray] | None = None, io: st
         note = f"{inputs[0].shape[0] if inputs else 0} sample(s) from cuvil-mcu's caller"
     simulate = machine is not None
     mm = memory_map(machine or board)
+    boot2 = board.boot2 and not simulate
+    srcs = SOURCES + (["boot2.c"] if boot2 else [])
     cpu = cpu_flags(board)
     cflags, ldflags = build_flags(board, io, opt, extra_cflags)
     ex = example_dir()
@@ -246,15 +248,18 @@ def files(compiled, board: Board, inputs: list[np.ndarray] | None = None, io: st
         "linker.ld": env().get_template("firmware/linker.ld.j2").render(
             board_name=(machine or board).name, board_id=(machine or board).id, flash_base=mm.flash_base,
             flash_len=mm.flash_len, ram_base=mm.ram_base, ram_len=mm.ram_len, stack_reserve=board.stack_reserve,
-            samples_in_ram=simulate),
+            samples_in_ram=simulate, boot2=boot2),
         "Makefile": env().get_template("firmware/Makefile.j2").render(
             board_name=board.name, board_id=board.id, target=target, cpuflags=cpu, cflags=cflags,
-            ldflags=ldflags, ldlibs=LDLIBS, srcs=SOURCES, header=f"{compiled.prefix}.h",
+            ldflags=ldflags, ldlibs=LDLIBS, srcs=srcs, header=f"{compiled.prefix}.h",
             qemu=_qemu_line(machine or board, io, target),
             renode=f"{compiled.prefix}.resc" if board.renode and io == "uart" else ""),
     }
     for name in STATIC_FILES:
         out[name] = (ex / name).read_text()
+    if boot2:
+        from . import rp2040
+        out["boot2.c"] = rp2040.boot2_source()
     if not simulate and io == "uart":
         out["README.md"] = readme(compiled, board, target)
     return out
