@@ -57,6 +57,9 @@ FLOAT_RTOL = 1e-4
 FLOAT_ATOL = 1e-5
 
 
+STACK_GUARD = 64  # bytes
+
+
 class SimError(ToolError):
     """The firmware faulted, hung, failed or printed something unexpected."""
 
@@ -342,7 +345,9 @@ def simulate(compiled, inputs, board: Board | str | None = None, timeout: float 
     outs, ticks = parse_output(text, compiled.out_specs, samples)
     m = re.search(r"^K ([0-9a-f]{8})$", text, re.M)
     stack = int(m.group(1), 16) if m else None
-    if check_budget and stack is not None and b.stack_reserve and stack >= b.stack_reserve:
+    # within STACK_GUARD of the bottom counts as through it: a stack buffer the
+    # kernels only partly write leaves painted words below the deepest frame
+    if check_budget and stack is not None and b.stack_reserve and stack > b.stack_reserve - STACK_GUARD:
         raise BudgetError(f"firmware does not fit board '{b.id}': the stack ran through its whole reserve of "
                           f"{b.stack_reserve:,} B (stack_reserve in the board file); outputs cannot be trusted")
     return SimResult(board=b, outputs=outs, ticks=ticks, insn_per_tick=float(machine.sim["insn_per_tick"]),
