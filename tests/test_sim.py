@@ -25,7 +25,6 @@ import shared_models as sm
 from cuvil_mcu import cli, reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.errors import BudgetError, InputError
-from cuvil_mcu.integrations import renode
 from cuvil_mcu.sim import firmware, qemu
 
 HAVE_GCC = shutil.which("arm-none-eabi-gcc") is not None
@@ -431,57 +430,3 @@ def test_gen_project_with_name_prefix(tmp_path):
     assert "model_" not in main and "MODEL_" not in main
     mk = _make(out)
     assert mk.returncode == 0 and "warning" not in mk.stderr.lower(), mk.stderr
-
-
-# ---- Renode ----
-
-@needs_models
-def test_gen_emit_renode_files(tmp_path):
-    out = tmp_path / "out"
-    r = run_cli("gen", sm.model_path("ad_fc_autoencoder"), "--board", "stm32f4-discovery", "--emit", "renode",
-                "-o", out)
-    assert r.returncode == 0, r.stderr
-    resc = (out / "model.resc").read_text()
-    robot = (out / "model.robot").read_text()
-    # .resc: Renode monitor commands
-    lines = [ln.strip() for ln in resc.splitlines() if ln.strip() and not ln.startswith("#")]
-    assert 'mach create $name' in lines
-    assert "machine LoadPlatformDescription @platforms/boards/stm32f4_discovery-kit.repl" in lines
-    assert "sysbus LoadELF $bin" in lines and "$bin?=@$ORIGIN/firmware_renode.elf" in lines
-    assert "showAnalyzer sysbus.usart2" in lines and lines[-1] == "start"
-    for text in (resc, robot):  # no SVD fetch (offline machines), no network at all
-        code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#")).lower()
-        assert "svd" not in code and "http" not in code
-    # .robot: Robot Framework sections and Renode keywords, cells separated by 2+ spaces
-    assert robot.index("*** Variables ***") < robot.index("*** Keywords ***") < robot.index("*** Test Cases ***")
-    assert re.search(r"^\s{4}Execute Command {2,}machine LoadPlatformDescription \$\{PLATFORM\}$", robot, re.M)
-    assert re.search(r"^\$\{ELF\} {2,}@\$\{CURDIR\}/firmware_renode\.elf$", robot, re.M)
-    assert re.search(r"^\s{4}Create Terminal Tester {2,}\$\{UART\} {2,}timeout=\d+$", robot, re.M)
-    assert re.search(r"^\s{4}Start Emulation$", robot, re.M)
-    waits = re.findall(r"^\s{4}Wait For Line On Uart {2,}(.+)$", robot, re.M)
-    assert waits[-1] == "CUVIL DONE" and len(waits) == 1 + 10  # 640 output bytes = 10 lines of 64
-    # the lines the robot waits for are what the harness prints: run that harness on QEMU (an M4 too)
-    if HAVE_GCC and HAVE_QEMU:
-        c = compile_model(str(sm.model_path("ad_fc_autoencoder")), board="qemu-mps2-an386")
-        res = qemu.simulate(c, firmware.default_inputs(c), "qemu-mps2-an386")
-        printed = [ln for ln in res.log.splitlines() if ln.startswith("O ")]
-        assert printed == waits[:-1]
-        # and the UART build: make renode, no semihosting call in it
-        mk = _make(out, "renode")
-        assert mk.returncode == 0 and "warning" not in mk.stderr.lower(), mk.stderr
-        dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(out / "firmware_renode.elf")],
-                             capture_output=True, text=True).stdout
-        assert "bkpt" not in dis
-
-
-def test_renode_board_and_tool_errors(tmp_path):
-    onnx.save(_fc_model(4, 3), tmp_path / "m.onnx")
-    err = one_error_line(run_cli("gen", tmp_path / "m.onnx", "--board", "nucleo-f746zg", "--emit", "renode",
-                                 "-o", tmp_path / "o"))
-    assert "no Renode platform" in err and "stm32f4-discovery" in err
-    np.save(tmp_path / "x.npy", np.zeros((1, 4), np.float32))
-    r = run_cli("sim", tmp_path / "m.onnx", "--board", "stm32f4-discovery", "--simulator", "renode",
-                "--input", tmp_path / "x.npy", env=dict(ENV, PATH=str(Path(sys.executable).parent)))
-    if shutil.which("renode-test", path=str(Path(sys.executable).parent)) is None:
-        assert "Renode is not installed" in one_error_line(r)
-    assert not renode.renode_boards() or "stm32f4-discovery" in renode.renode_boards()
