@@ -430,3 +430,33 @@ def test_gen_project_with_name_prefix(tmp_path):
     assert "model_" not in main and "MODEL_" not in main
     mk = _make(out)
     assert mk.returncode == 0 and "warning" not in mk.stderr.lower(), mk.stderr
+
+
+# ---- real boards: sim on the QEMU machine with the same core, run on the host ----
+
+@needs_qemu
+@needs_models
+@pytest.mark.parametrize("board,machine", [("rpi-pico", "mps2-an385"), ("stm32f4-discovery", "mps2-an386"),
+                                           ("nucleo-h7a3zi-q", "mps2-an500"), ("nucleo-u575zi-q", "mps2-an505")])
+def test_sim_real_board_runs_on_the_machine_with_its_core(tmp_path, board, machine):
+    x = sm.samples("hello_world")["inputs"][:3].reshape(3, 1, 1)
+    np.save(tmp_path / "x.npy", x)
+    r = run_cli("sim", sm.model_path("hello_world"), "--board", board, "--input", tmp_path / "x.npy",
+                "-o", tmp_path / "y.npy")
+    assert r.returncode == 0, r.stderr
+    assert f"runs on QEMU {machine}" in r.stdout and f"built with {board}'s flags" in r.stdout
+    assert ("caveat: a Cortex-M3 runs the Cortex-M0+" in r.stdout) == (board == "rpi-pico")
+    assert f"instructions per inference on {machine}" in r.stdout
+    want = host_reference("hello_world")[:3]
+    assert np.array_equal(np.load(tmp_path / "y.npy").reshape(want.shape), want)
+
+
+def test_run_real_board_says_host_build_and_sim_help_names_its_default(tmp_path):
+    onnx.save(_fc_model(4, 3), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
+    r = run_cli("run", tmp_path / "m.onnx", "--board", "nucleo-f746zg", "--input", tmp_path / "x.npy")
+    assert r.returncode == 0, r.stderr
+    assert "a host build of the C generated for nucleo-f746zg" in r.stdout and "sim --board nucleo-f746zg" in r.stdout
+    h = run_cli("sim", "--help").stdout
+    flat = "".join(h.split())  # argparse wraps at hyphens
+    assert "defaultqemu-mps2-an386" in flat and "defaulthost" not in flat
