@@ -130,7 +130,9 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b)
-    # boards with a firmware project: its samples.c holds one sample of every input in flash
-    samples = sum(g.tensors[n].nbytes for n in g.inputs) if b.flash_base is not None else 0
+    # real boards' firmware projects: samples.c holds one sample of every input in flash
+    # (QEMU boards' projects load it straight into RAM, as sim does)
+    samples = (sum(g.tensors[n].nbytes for n in g.inputs)
+               if b.flash_base is not None and not b.sim.get("qemu_machine") else 0)
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes, samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)

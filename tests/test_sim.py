@@ -173,14 +173,14 @@ def test_budget_counts_the_code_around_the_weights(tmp_path):
     also puts there: gen's budget (board.code_reserve) refuses them, with the
     numbers, instead of a link that overflows later."""
     m = _fc_model(262, 500)
-    with pytest.raises(BudgetError, match=r"flash: needs 557,876 B \(constants 524,060, input samples 1,048, "
-                                          r"code 32,768\), board has 524,288 B: over by 33,588 B"):
+    with pytest.raises(BudgetError, match=r"flash: needs 556,828 B \(constants 524,060, code 32,768\), "
+                                          r"board has 524,288 B: over by 32,540 B"):
         compile_model(m, board="qemu-mps3-an547")
     onnx.save(m, tmp_path / "big.onnx")
     np.save(tmp_path / "x.npy", np.zeros((1, 262), dtype=np.float32))
     r = run_cli("sim", tmp_path / "big.onnx", "--board", "qemu-mps3-an547", "--input", tmp_path / "x.npy")
     err = one_error_line(r, code=3)
-    assert "524,288" in err and "over by 33,588 B" in err
+    assert "524,288" in err and "over by 32,540 B" in err
 
 
 def test_elf_budget_check_numbers():

@@ -232,6 +232,9 @@ def files(compiled, board: Board, inputs: list[np.ndarray] | None = None, io: st
     else:
         note = f"{inputs[0].shape[0] if inputs else 0} sample(s) from cuvil-mcu's caller"
     simulate = machine is not None
+    # the inputs go to a RAM section the simulator loads (not firmware flash) when the firmware runs on
+    # QEMU: sim, and QEMU boards' own projects (`make run`)
+    samples_in_ram = simulate or bool(board.sim.get("qemu_machine"))
     mm = memory_map(machine or board)
     boot2 = board.boot2 and not simulate
     srcs = SOURCES + (["boot2.c"] if boot2 else [])
@@ -244,11 +247,11 @@ def files(compiled, board: Board, inputs: list[np.ndarray] | None = None, io: st
         "cuvil_board.h": board_header(board, io),
         "samples.c": samples_source(compiled.prefix, inputs, [t.nbytes for t in in_t], [t.nbytes for t in out_t],
                                     [np.dtype(t.dtype).itemsize for t in out_t],
-                                    SAMPLES_SECTION if simulate else None, note),
+                                    SAMPLES_SECTION if samples_in_ram else None, note),
         "linker.ld": env().get_template("firmware/linker.ld.j2").render(
             board_name=(machine or board).name, board_id=(machine or board).id, flash_base=mm.flash_base,
             flash_len=mm.flash_len, ram_base=mm.ram_base, ram_len=mm.ram_len, stack_reserve=board.stack_reserve,
-            samples_in_ram=simulate, boot2=boot2),
+            samples_in_ram=samples_in_ram, boot2=boot2),
         "Makefile": env().get_template("firmware/Makefile.j2").render(
             board_name=board.name, board_id=board.id, target=target, cpuflags=cpu, cflags=cflags,
             ldflags=ldflags, ldlibs=LDLIBS, srcs=srcs, header=f"{compiled.prefix}.h",
