@@ -1,9 +1,12 @@
 """Board definitions: one TOML file per board in boards/.
 
 Fields (see boards/README.md): id, name, core, isa (dsp/fpu/mve/neon), cflags,
-ram, flash (bytes the model may use; absent = unlimited, e.g. host), clock_hz,
-and [sim] (QEMU machine and memory map), renode platform, zephyr and
-platformio board names.
+the memory the firmware links (flash_base/flash, ram_base/ram: exactly the
+FLASH and RAM regions of the generated linker script), what else the firmware
+puts there (stack_reserve, code_reserve, data_reserve) and the margins kept
+free; clock_hz, [uart] (the harness's debug UART), [sim] (QEMU machine),
+[renode], zephyr and platformio board names. `budget()` turns them into the
+numbers `gen` checks, so gen's "fits" and the linker agree.
 """
 from __future__ import annotations
 
@@ -33,9 +36,16 @@ class Board:
     flash: int | None = None
     clock_hz: int | None = None
     stack_reserve: int = 0
-    flash_base: int | None = None   # where flash/RAM start (firmware linker script)
+    flash_base: int | None = None   # where the linker script's FLASH/RAM regions start
     ram_base: int | None = None
-    linker_ram: int | None = None   # contiguous RAM at ram_base, when smaller than ram
+    code_reserve: int = 0           # flash for code besides the weights (start-up, harness, kernels, libc)
+    data_reserve: int = 0           # RAM for the firmware's own .data/.bss besides the arena
+    flash_margin: int = 0           # kept free for the user's application
+    ram_margin: int = 0
+    harness_clock_hz: int | None = None  # core clock as the harness runs it (no PLL set up)
+    uart: dict = field(default_factory=dict)
+    flashing: list[str] = field(default_factory=list)
+    boot2: bool = False             # RP2040: the image starts with a 256-byte second-stage boot loader  # how to flash the project (README of gen's project)
     sim: dict = field(default_factory=dict)
     renode: dict = field(default_factory=dict)
     zephyr_board: str | None = None
@@ -50,7 +60,8 @@ class Board:
 
 
 _FIELDS = {"id", "name", "core", "isa", "cflags", "ram", "flash", "clock_hz", "stack_reserve",
-           "flash_base", "ram_base", "linker_ram", "sim",
+           "flash_base", "ram_base", "code_reserve", "data_reserve", "flash_margin", "ram_margin",
+           "harness_clock_hz", "uart", "flashing", "boot2", "sim",
            "renode", "zephyr_board", "platformio_board", "vendor", "requant", "emit", "flash_wait_states"}
 
 
@@ -81,21 +92,48 @@ def get(board_id: str) -> Board:
     return boards[board_id]
 
 
-def check_budget(board: Board, arena: int, flash: int) -> list[str]:
-    """Raise BudgetError naming every overflow; return lines for the summary."""
+@dataclass
+class Budget:
+    """What `gen` counts against each linker region (all bytes)."""
+    flash: int | None      # FLASH region length (None: no limit)
+    ram: int | None        # RAM region length
+    stack: int
+    code: int
+    data: int
+    flash_margin: int
+    ram_margin: int
+
+
+def budget(board: Board) -> Budget:
+    return Budget(board.flash, board.ram, board.stack_reserve, board.code_reserve, board.data_reserve,
+                  board.flash_margin, board.ram_margin)
+
+
+def check_budget(board: Board, arena: int, constants: int, samples: int = 0) -> list[str]:
+    """Raise BudgetError naming every overflow; return lines for the summary.
+
+    RAM need = arena + stack_reserve + data_reserve + ram_margin, against the
+    linker script's RAM region; flash need = constants + the harness's input
+    samples (samples.c, in flash on a real board) + code_reserve +
+    flash_margin, against its FLASH region. A model under both links."""
+    bd = budget(board)
     problems, lines = [], []
-    ram_need = arena + board.stack_reserve
-    if board.ram is not None:
-        lines.append(f"RAM   {ram_need:>10,} / {board.ram:,} B" +
-                     (f" (arena {arena:,} + stack reserve {board.stack_reserve:,})" if board.stack_reserve else ""))
-        if ram_need > board.ram:
-            problems.append(f"RAM: needs {ram_need:,} B (arena {arena:,} + stack reserve {board.stack_reserve:,}), "
-                            f"board has {board.ram:,} B: over by {ram_need - board.ram:,} B")
-    if board.flash is not None:
-        lines.append(f"flash {flash:>10,} / {board.flash:,} B (constants)")
-        if flash > board.flash:
-            problems.append(f"flash: constants need {flash:,} B, board has {board.flash:,} B: "
-                            f"over by {flash - board.flash:,} B")
+    if bd.ram is not None:
+        need = arena + bd.stack + bd.data + bd.ram_margin
+        parts = ", ".join(f"{k} {v:,}" for k, v in (("arena", arena), ("stack", bd.stack), ("harness data", bd.data),
+                                                    ("margin", bd.ram_margin)) if v or k == "arena")
+        lines.append(f"RAM   {need:>10,} / {bd.ram:,} B ({parts})")
+        if need > bd.ram:
+            problems.append(f"RAM: needs {need:,} B ({parts}), board has {bd.ram:,} B: over by {need - bd.ram:,} B")
+    if bd.flash is not None:
+        need = constants + samples + bd.code + bd.flash_margin
+        parts = ", ".join(f"{k} {v:,}" for k, v in (("constants", constants), ("input samples", samples),
+                                                    ("code", bd.code), ("margin", bd.flash_margin))
+                          if v or k == "constants")
+        lines.append(f"flash {need:>10,} / {bd.flash:,} B ({parts})")
+        if need > bd.flash:
+            problems.append(f"flash: needs {need:,} B ({parts}), board has {bd.flash:,} B: "
+                            f"over by {need - bd.flash:,} B")
     if problems:
         raise BudgetError(f"model does not fit board '{board.id}': " + "; ".join(problems))
     return lines

@@ -191,6 +191,11 @@ def cmd_run(args) -> int:
         runner = qemu_user.command(c.board)
     elif c.board.id != "host" and c.board.sim:
         return _run_firmware(args, c, inputs, stacked)  # Cortex-M: the `sim` path (sim/qemu.py)
+    elif c.board.id != "host":
+        # a real board: say what this is (and what would run its core)
+        print(f"note     run: a host build of the C generated for {c.board.id} (this machine's compiler and CPU, "
+              f"not the board's {c.board.core}); `cuvil-mcu sim --board {c.board.id}` runs it on the QEMU "
+              f"machine with its core")
     exe = host.build(c.header, c.prefix, [t.nbytes for t in map(c.graph.tensors.get, c.graph.inputs)],
                      [t.nbytes for t in map(c.graph.tensors.get, c.graph.outputs)], **build_kw)
     outs = host.run(exe, inputs, c.out_specs, inputs[0].shape[0], runner=runner)
@@ -405,6 +410,12 @@ def parser() -> argparse.ArgumentParser:
                                    "outputs vs the host reference, instructions per inference, firmware size")
     _common(s)
     s.set_defaults(board="qemu-mps2-an386")
+    for act in s._actions:  # the shared --board help names host; sim's default is the QEMU M4
+        if act.dest == "board":
+            act.default = "qemu-mps2-an386"
+            act.help = ("board id (see `cuvil-mcu boards`); default qemu-mps2-an386. A real board runs on the "
+                        "QEMU machine with its core (M0+/M3 -> mps2-an385, M4 -> mps2-an386, M7 -> mps2-an500, "
+                        "M33 -> mps2-an505, M55 -> mps3-an547)")
     s.add_argument("--input", "-i", required=True, help=".npy (one input; samples may be stacked on a new "
                                                          "leading axis) or .npz keyed by input name")
     s.add_argument("-o", "--output", help="where to save the simulator's outputs (.npy, or .npz for several)")

@@ -164,6 +164,10 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
                        target=b if opt_level >= 2 else None, weights=weights, opt_level=opt_level,
                        fp16_nodes=fp16)
-    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob))
+    # real boards' firmware projects: samples.c holds one sample of every input in flash
+    # (QEMU boards' projects load it straight into RAM, as sim does)
+    samples = (sum(g.tensors[n].nbytes for n in g.inputs)
+               if b.flash_base is not None and not b.sim.get("qemu_machine") else 0)
+    budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob), samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
                     weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16])

@@ -57,13 +57,16 @@ FLOAT_RTOL = 1e-4
 FLOAT_ATOL = 1e-5
 
 
+STACK_GUARD = 64  # bytes
+
+
 class SimError(ToolError):
     """The firmware faulted, hung, failed or printed something unexpected."""
 
 
 @dataclass
 class SimResult:
-    board: Board
+    board: Board                       # the board the firmware is built for (cflags, budget)
     outputs: list[np.ndarray]          # per model output: (samples, *shape)
     ticks: list[int]                   # SysTick ticks per sample
     insn_per_tick: float
@@ -81,6 +84,8 @@ class SimResult:
     warnings: str = ""                 # cross-compiler warnings (the firmware should have none)
     stack: int | None = None           # bytes of stack used (painted high-water mark), None if not reported
     extra: dict = field(default_factory=dict)
+    machine: Board | None = None       # the QEMU board it ran on (board itself for QEMU boards)
+    caveat: str = ""                   # what running on that machine does not tell about the board
 
     @property
     def instructions_each(self) -> list[int]:
@@ -112,12 +117,15 @@ def tool(name: str) -> str:
 
 
 def sim_boards() -> list[str]:
-    return [b.id for b in boards_mod.all_boards().values() if b.sim.get("qemu_machine")]
+    """Boards `sim` runs: the QEMU boards and every Cortex-M board with a
+    memory map (on the QEMU machine with its core)."""
+    return [b.id for b in boards_mod.all_boards().values()
+            if b.sim.get("qemu_machine") or (b.core in firmware.QEMU_FOR_CORE and firmware.has_memory_map(b))]
 
 
 def sim_board(board: Board | str) -> Board:
     b = boards_mod.get(board) if isinstance(board, str) else board
-    if not b.sim or "qemu_machine" not in b.sim:
+    if b.id not in sim_boards():
         raise BoardError(f"board '{b.id}' has no simulator; boards that simulate: {', '.join(sim_boards())}")
     return b
 
@@ -180,7 +188,8 @@ def elf_sizes(elf: Path) -> dict[str, int]:
 
 
 def check_elf_budget(board: Board, sizes: dict[str, int], mm: firmware.MemoryMap) -> None:
-    """text+data (flash) and data+bss+stack_reserve (RAM) against the board."""
+    """text+data (flash) and data+bss+stack_reserve (RAM) against the board's
+    regions (and the simulated machine's, when smaller)."""
     problems = []
     flash_cap = min(x for x in (board.flash, mm.flash_len) if x)
     ram_cap = min(x for x in (board.ram, mm.ram_len) if x)
@@ -199,9 +208,11 @@ def check_elf_budget(board: Board, sizes: dict[str, int], mm: firmware.MemoryMap
 def build(compiled, inputs: list[np.ndarray], board: Board, opt: str = firmware.OPT,
           extra_cflags: list[str] | tuple = ()) -> tuple[Path, bool, str]:
     """Path of the firmware ELF (built, or from the cache), whether it came
-    from the cache, and the compiler's warnings (kept next to the ELF)."""
+    from the cache, and the compiler's warnings (kept next to the ELF).
+    Built with `board`'s cflags for the QEMU machine with its core."""
     gcc = tool(GCC)
-    files = firmware.files(compiled, board, inputs, io="semihosting", simulate=True, opt=opt,
+    machine, _ = firmware.qemu_machine(board)
+    files = firmware.files(compiled, board, inputs, io="semihosting", machine=machine, opt=opt,
                            extra_cflags=extra_cflags)
     cmd = firmware.gcc_command(board, gcc, "semihosting", "fw.elf", opt, extra_cflags)
     h = hashlib.sha256()
@@ -222,7 +233,7 @@ def build(compiled, inputs: list[np.ndarray], board: Board, opt: str = firmware.
         if r.returncode != 0:
             m = re.search(r"region `(\w+)' overflowed by (\d+) bytes", r.stderr)
             if m:
-                mm = firmware.memory_map(board, True)
+                mm = firmware.memory_map(machine)
                 cap = mm.flash_len if m.group(1) == "FLASH" else mm.ram_len
                 over = int(m.group(2))
                 what = "flash" if m.group(1) == "FLASH" else "RAM"
@@ -281,23 +292,26 @@ def run_elf(board: Board, elf: Path, timeout: float = DEFAULT_TIMEOUT) -> tuple[
 
 
 def parse_output(text: str, out_specs, samples: int) -> tuple[list[np.ndarray], list[int]]:
+    """The S and O records main.c prints (firmware.output_lines' format)."""
     ticks: dict[int, int] = {}
-    chunks: dict[tuple[int, int], list[bytes]] = {}
+    chunks: dict[tuple[int, int], list[tuple[int, str]]] = {}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[0] == "S":
             ticks[int(parts[1], 16)] = int(parts[2], 16)
-        elif len(parts) == 4 and parts[0] == "O":
-            chunks.setdefault((int(parts[1], 16), int(parts[2], 16)), []).append(bytes.fromhex(parts[3]))
-        elif len(parts) == 3 and parts[0] == "O":  # zero-byte output
-            chunks.setdefault((int(parts[1], 16), int(parts[2], 16)), [])
+        elif len(parts) in (4, 5) and parts[0] == "O":
+            key = (int(parts[1], 16), int(parts[2], 16))
+            chunks.setdefault(key, []).append((int(parts[3], 16), parts[4] if len(parts) == 5 else ""))
     if sorted(ticks) != list(range(samples)):
         raise SimError(f"firmware reported {len(ticks)} of {samples} samples; log:\n{_log_tail(text)}")
     outs = []
     for o, (shape, dtype) in enumerate(out_specs):
         arr = np.empty((samples, *shape), dtype=dtype)
         for s in range(samples):
-            raw = b"".join(chunks.get((s, o), []))
+            try:
+                raw = b"".join(firmware.parse_values(h, dtype) for _, h in sorted(chunks.get((s, o), [])))
+            except ValueError as e:
+                raise SimError(f"sample {s} output {o}: {e}") from None
             if len(raw) != arr[s].nbytes:
                 raise SimError(f"sample {s} output {o}: firmware printed {len(raw)} bytes, expected {arr[s].nbytes}")
             arr[s] = np.frombuffer(raw, dtype=dtype).reshape(shape)
@@ -314,6 +328,7 @@ def simulate(compiled, inputs, board: Board | str | None = None, timeout: float 
     ToolError (missing toolchain/QEMU), BudgetError (exit 3), SimError
     (fault, hang, bad exit), InputError (shape/dtype)."""
     b = sim_board(board if board is not None else compiled.board)
+    machine, caveat = firmware.qemu_machine(b)
     # extra firmware flags from the environment (e.g. -O3, or the tests' -DCUVIL_TEST_FAULT through the CLI)
     extra_cflags = [*extra_cflags, *shlex.split(os.environ.get("CUVIL_SIM_CFLAGS", ""))]
     xs = as_inputs(compiled, inputs)
@@ -325,19 +340,21 @@ def simulate(compiled, inputs, board: Board | str | None = None, timeout: float 
     elf, cached, warnings = build(compiled, xs, b, opt, extra_cflags)
     sizes = elf_sizes(elf)
     if check_budget:
-        check_elf_budget(b, sizes, firmware.memory_map(b, True))
-    text, secs = run_elf(b, elf, timeout)
+        check_elf_budget(b, sizes, firmware.memory_map(machine))
+    text, secs = run_elf(machine, elf, timeout)
     outs, ticks = parse_output(text, compiled.out_specs, samples)
     m = re.search(r"^K ([0-9a-f]{8})$", text, re.M)
     stack = int(m.group(1), 16) if m else None
-    if check_budget and stack is not None and b.stack_reserve and stack >= b.stack_reserve:
+    # within STACK_GUARD of the bottom counts as through it: a stack buffer the
+    # kernels only partly write leaves painted words below the deepest frame
+    if check_budget and stack is not None and b.stack_reserve and stack > b.stack_reserve - STACK_GUARD:
         raise BudgetError(f"firmware does not fit board '{b.id}': the stack ran through its whole reserve of "
                           f"{b.stack_reserve:,} B (stack_reserve in the board file); outputs cannot be trusted")
-    return SimResult(board=b, outputs=outs, ticks=ticks, insn_per_tick=float(b.sim["insn_per_tick"]),
+    return SimResult(board=b, outputs=outs, ticks=ticks, insn_per_tick=float(machine.sim["insn_per_tick"]),
                      text=sizes["text"], data=sizes["data"], bss=sizes["bss"], samples_bytes=sizes["samples"],
                      elf=elf, log=text, seconds=secs, macs=compiled.macs, weights_bytes=compiled.weights_bytes,
                      arena=compiled.plan.arena_size, build_cached=cached,
-                     warnings=warnings, stack=stack)
+                     warnings=warnings, stack=stack, machine=machine, caveat=caveat)
 
 
 def reference_outputs(compiled, inputs) -> list[np.ndarray]:
@@ -393,14 +410,18 @@ def report(compiled, result: SimResult, cmp: Comparison | None) -> list[str]:
         lines.append(f"outputs  {'identical to the host reference' if cmp.ok else 'DIFFER from the host reference'} "
                      f"({tol}, {n} sample{'s' if n != 1 else ''})" + ("" if cmp.ok else f": {cmp.first_mismatch}"))
     spread = f", samples {min(r.instructions_each):,}..{max(r.instructions_each):,}" if n > 1 else ""
-    lines.append(f"instrs   {r.instructions:,} instructions per inference on {b.sim['qemu_machine']} "
+    m = r.machine or b
+    if m is not b:
+        lines.append(f"machine  {b.id} ({b.core}) runs on QEMU {m.sim['qemu_machine']} ({m.id}), the machine with its "
+                     f"core, built with {b.id}'s flags" + (f"; caveat: {r.caveat}" if r.caveat else ""))
+    lines.append(f"instrs   {r.instructions:,} instructions per inference on {m.sim['qemu_machine']} "
                  f"(median of {n}{spread}; SysTick x {r.insn_per_tick:g}, within one tick)")
     if r.macs:
         lines.append(f"per MAC  {r.instructions / r.macs:.3f} instructions ({r.macs:,} MACs)")
     lines.append(f"firmware text+rodata {r.text:,} B (weights {r.weights_bytes:,} + code {r.text - r.weights_bytes:,}), "
                  f"data {r.data:,} B, bss {r.bss:,} B (arena {r.arena:,})")
-    flash_cap = min(x for x in (b.flash, b.sim.get("code_size")) if x)
-    ram_cap = min(x for x in (b.ram, b.sim.get("ram_size")) if x)
+    flash_cap = min(x for x in (b.flash, m.flash) if x)
+    ram_cap = min(x for x in (b.ram, m.ram) if x)
     lines.append(f"budget   flash {r.text + r.data:,} / {flash_cap:,} B, RAM {r.data + r.bss + b.stack_reserve:,} / "
                  f"{ram_cap:,} B (incl. stack reserve {b.stack_reserve:,})")
     if r.stack is not None:

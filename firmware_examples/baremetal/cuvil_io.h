@@ -5,10 +5,14 @@
 
 #include <stdint.h>
 
-/* Print a NUL-terminated string. Weak in startup.c: semihosting SYS_WRITE0
-   when built with -DCUVIL_SEMIHOSTING, a polled UART data register with
-   -DCUVIL_UART_BASE=0x...; otherwise it does nothing -- define your own
-   cuvil_print (e.g. HAL_UART_Transmit) to see the results. */
+/* Set up what cuvil_print needs: uart.c enables the board's debug UART
+   (clocks, pins, baud rate) from cuvil_board.h; weak no-op in startup.c. */
+void cuvil_io_init(void);
+
+/* Print a NUL-terminated string: uart.c's polled UART writer on boards with
+   a [uart] table; otherwise the weak one in startup.c -- semihosting
+   SYS_WRITE0 with -DCUVIL_SEMIHOSTING, else nothing (define your own, e.g.
+   HAL_UART_Transmit, to see the results). */
 void cuvil_print(const char *s);
 
 /* End the program: semihosting SYS_EXIT_EXTENDED (QEMU exits with `code`),

@@ -3,14 +3,21 @@
    For every embedded sample (samples.c): copy its inputs into the arena,
    run one inference between two SysTick reads, and print
 
-       S <sample> <ticks, hex>
-       O <sample> <output> <output bytes, hex>       (long outputs: several O lines)
-       K <stack bytes used, hex>                      (high-water mark, startup.c)
+       S <sample> <ticks>                         (hex: 8 and 16 digits)
+       T <sample> <microseconds> us               (decimal; boards whose file states the harness clock)
+       O <sample> <output> <index> <values>       (hex: 8, 2, 8 digits, then up to 64 bytes of values)
+       K <stack bytes used>                       (hex; high-water mark, startup.c)
        CUVIL DONE
+
+   O records are fixed-width: every value is printed as its bit pattern,
+   most significant digit first, in twice its size in hex digits (int8 "ff"
+   is -1, float32 "3f800000" is 1.0f), so outputs compare exactly, floats
+   included; <index> is the first element of the record.
 
    then return 0 (startup.c turns that into cuvil_exit(0)). A failed
    model_run prints "CUVIL ERROR ..." and returns 2. Printing goes through
-   cuvil_print() (startup.c: semihosting, a UART, or your own definition).
+   cuvil_print() (uart.c: the board's debug UART; startup.c: semihosting or
+   your own definition), set up first by cuvil_io_init().
 
    cuvil-mcu writes this file next to model.h (`gen --board ...`, `sim`),
    renaming model_/MODEL_ to the --name prefix. */
@@ -27,12 +34,14 @@
 #define MODEL_IMPLEMENTATION
 #include "model.h"
 #include "cuvil_io.h"
+#include "cuvil_board.h"
 
 /* samples.c */
 extern const uint32_t cuvil_num_samples;
 extern const unsigned char *const cuvil_samples[]; /* [sample * MODEL_NUM_INPUTS + input] */
 extern const uint32_t cuvil_input_bytes[];
 extern const uint32_t cuvil_output_bytes[];
+extern const uint32_t cuvil_output_elem[]; /* bytes per element */
 
 static unsigned char arena[MODEL_ARENA_SIZE] MODEL_ARENA_ATTR;
 
@@ -58,19 +67,39 @@ static void print_line_head(char tag, uint32_t sample, int output, char *line, c
     *end = p;
 }
 
-static void print_output(uint32_t sample, int index, const unsigned char *bytes, uint32_t n)
+/* Up to 64 bytes of values a record; each value's bytes most significant
+   first (the target is little-endian): its bit pattern in hex. */
+static void print_output(uint32_t sample, int index, const unsigned char *bytes, uint32_t n, uint32_t elem)
 {
-    char line[24 + 2 * 64 + 2];
+    char line[24 + 9 + 2 * 64 + 2];
     char *p;
-    uint32_t i = 0, j;
+    uint32_t i = 0, j, k;
     do {
         print_line_head('O', sample, index, line, &p);
-        for (j = 0; j < 64u && i < n; ++j, ++i) p = put_hex(p, bytes[i], 2);
+        p = put_hex(p, i / elem, 8);
+        *p++ = ' ';
+        for (j = 0; j < 64u && i < n; j += elem, i += elem) {
+            for (k = elem; k > 0u; --k) p = put_hex(p, bytes[i + k - 1u], 2);
+        }
         *p++ = '\n';
         *p = '\0';
         cuvil_print(line);
     } while (i < n);
 }
+
+#ifdef CUVIL_CLOCK_HZ
+static char *put_dec(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + (int)(v % 10u));
+        v /= 10u;
+    } while (v != 0u);
+    while (n > 0) *p++ = tmp[--n];
+    return p;
+}
+#endif
 
 int main(void)
 {
@@ -80,6 +109,7 @@ int main(void)
     uint64_t t0, t1;
     int i, status;
 
+    cuvil_io_init();
     cuvil_ticks_start();
     for (s = 0; s < cuvil_num_samples; ++s) {
         for (i = 0; i < MODEL_NUM_INPUTS; ++i) {
@@ -102,8 +132,20 @@ int main(void)
         *p++ = '\n';
         *p = '\0';
         cuvil_print(line);
+#ifdef CUVIL_CLOCK_HZ
+        print_line_head('T', s, -1, line, &p);
+        *p++ = ' ';
+        p = put_dec(p, (t1 - t0) * 1000000u / CUVIL_CLOCK_HZ);
+        *p++ = ' ';
+        *p++ = 'u';
+        *p++ = 's';
+        *p++ = '\n';
+        *p = '\0';
+        cuvil_print(line);
+#endif
         for (i = 0; i < MODEL_NUM_OUTPUTS; ++i) {
-            print_output(s, i, (const unsigned char *)model_output(arena, i), cuvil_output_bytes[i]);
+            print_output(s, i, (const unsigned char *)model_output(arena, i), cuvil_output_bytes[i],
+                         cuvil_output_elem[i]);
         }
     }
 #ifdef CUVIL_TEST_FAULT

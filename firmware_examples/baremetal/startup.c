@@ -10,9 +10,12 @@
    - semihosting helpers (SYS_WRITE0, SYS_EXIT_EXTENDED), compiled only with
      -DCUVIL_SEMIHOSTING: on a board without a debugger attached a semihosting
      call faults, so real-board builds leave them out;
-   - optional polled UART writer (-DCUVIL_UART_BASE=0x40004400: STM32 USART,
-     status register at +0 with TXE = bit 7, data register at +4), used by
-     Renode runs; on real hardware the clocks and pins must be set up first. */
+   - cuvil_entry: sets SP and jumps to Reset_Handler, for debuggers that
+     load the ELF and start at its entry point instead of through the vector
+     table (RAM images such as the i.MX RT one); Reset_Handler points VTOR at
+     this vector table for the same reason;
+   - weak cuvil_io_init (nothing) and cuvil_print: the debug-UART versions
+     are in uart.c (boards with a [uart] table, built without semihosting). */
 #include <stdint.h>
 
 #include "cuvil_io.h"
@@ -23,6 +26,7 @@ extern int main(void);
 #define REG32(a) (*(volatile uint32_t *)(a))
 #define SCB_CPACR REG32(0xE000ED88u)
 #define SCB_ICSR  REG32(0xE000ED04u)
+#define SCB_VTOR  REG32(0xE000ED08u)
 #define SCB_CFSR  REG32(0xE000ED28u)
 #define SYST_CSR  REG32(0xE000E010u)
 #define SYST_RVR  REG32(0xE000E014u)
@@ -32,6 +36,7 @@ extern int main(void);
 #define CUVIL_STACK_PAINT 0xC5AC5AC5u
 
 void Reset_Handler(void);
+void cuvil_entry(void);
 void SysTick_Handler(void);
 void Default_Handler(void);
 void HardFault_Handler(void);
@@ -51,16 +56,14 @@ static uint32_t semihost(uint32_t op, const void *arg)
 }
 #endif
 
+__attribute__((weak)) void cuvil_io_init(void)
+{
+}
+
 __attribute__((weak)) void cuvil_print(const char *s)
 {
 #if defined(CUVIL_SEMIHOSTING)
     (void)semihost(SYS_WRITE0, s);
-#elif defined(CUVIL_UART_BASE)
-    for (; *s != '\0'; ++s) {
-        while ((REG32(CUVIL_UART_BASE) & (1u << 7)) == 0u) {
-        }
-        REG32(CUVIL_UART_BASE + 4u) = (uint32_t)(unsigned char)*s;
-    }
 #else
     (void)s;
 #endif
@@ -151,6 +154,17 @@ void Default_Handler(void)
 }
 
 /* ---- reset ---- */
+typedef void (*cuvil_vector)(void);
+extern const cuvil_vector cuvil_vector_table[16];
+
+__attribute__((naked, noreturn)) void cuvil_entry(void)
+{
+    __asm__ volatile("ldr r0, =_estack\n\t"
+                     "mov sp, r0\n\t"
+                     "b Reset_Handler\n\t"
+                     ".ltorg");
+}
+
 __attribute__((noreturn)) void Reset_Handler(void)
 {
     /* volatile pointers: -O3 must not turn these loops into memcpy/memset
@@ -161,6 +175,7 @@ __attribute__((noreturn)) void Reset_Handler(void)
     SCB_CPACR |= 0xFu << 20; /* CP10, CP11 full access: FPU (and MVE) */
     __asm__ volatile("dsb\n\tisb" ::: "memory");
 #endif
+    SCB_VTOR = (uint32_t)(uintptr_t)cuvil_vector_table;
     src = &_sidata;
     for (dst = &_sdata; dst < &_edata;) *dst++ = *src++;
     for (dst = &_sbss; dst < &_ebss;) *dst++ = 0u;
@@ -180,8 +195,6 @@ uint32_t cuvil_stack_used(void)
     while (p < &_estack && *p == CUVIL_STACK_PAINT) ++p;
     return (uint32_t)((uintptr_t)&_estack - (uintptr_t)p);
 }
-
-typedef void (*cuvil_vector)(void);
 
 /* 16 system vectors; device interrupts are not used by the harness. */
 __attribute__((section(".vectors"), used)) const cuvil_vector cuvil_vector_table[16] = {
