@@ -98,7 +98,7 @@ int main(void)
 
 def build_bench(tmp: Path, board_id: str, asm: str) -> Path:
     b = boards.get(board_id)
-    mm = firmware.memory_map(b, True)
+    mm = firmware.memory_map(b)
     ex = firmware.example_dir()
     (tmp / "bench.S").write_text(asm)
     (tmp / "main.c").write_text(MAIN)
@@ -106,7 +106,7 @@ def build_bench(tmp: Path, board_id: str, asm: str) -> Path:
         (tmp / f).write_text((ex / f).read_text())
     (tmp / "linker.ld").write_text(env().get_template("firmware/linker.ld.j2").render(
         board_name=b.name, board_id=b.id, flash_base=mm.flash_base, flash_len=mm.flash_len, ram_base=mm.ram_base,
-        ram_len=mm.ram_len, stack_reserve=b.stack_reserve, samples_in_ram=True))
+        ram_len=mm.ram_len, stack_reserve=b.stack_reserve, samples_in_ram=True, boot2=None))
     cflags, ldflags = firmware.build_flags(b, "semihosting")
     cmd = ["arm-none-eabi-gcc", *b.cflags, *cflags, "main.c", "startup.c", "bench.S", *b.cflags, *ldflags,
            "-o", "bench.elf"]
@@ -160,7 +160,7 @@ def test_flash_wait_states_on_constant_loads(tmp_path):
     src = bench_source(WAIT_BENCHES).replace(".bss\n", ".section .rodata\n.p2align 2\nbench_const:\n    .word 7\n.bss\n")
     elf = build_bench(tmp_path, b.id, src)
     tr = cycles.trace(b, elf, want_regs=True)
-    mm = firmware.memory_map(b, True)
+    mm = firmware.memory_map(b)
     kw = dict(marker="bench_mark", flash=(mm.flash_base, mm.flash_len), elf_words=cycles.read_words(elf))
     base = cycles.estimate(tr, cycles.M4Timing(), 0, **kw).segments[0].cycles
     slow = cycles.estimate(tr, cycles.M4Timing(), 3, **kw).segments[0].cycles

@@ -193,7 +193,7 @@ WEIGHTS_ORIGIN = 0x00300000   # the last MB of the an386's 4 MB code memory
 def build_firmware(c, x, d: Path) -> Path:
     from cuvil_mcu.sim import firmware, qemu
     board = c.board
-    files = firmware.files(c, board, [x], io="semihosting", simulate=True)
+    files = firmware.files(c, board, [x], io="semihosting", machine=board)
     files["harness_main.c"] = files.pop("main.c")
     files["main.c"] = FW_MAIN
     ld = files["linker.ld"]
@@ -202,8 +202,9 @@ def build_firmware(c, x, d: Path) -> Path:
     ld = ld.replace(flash.group(0), f"FLASH (rx)  : ORIGIN = {flash.group(1)}, "
                                     f"LENGTH = {WEIGHTS_ORIGIN - int(flash.group(1), 16)}\n"
                                     f"    WEIGHTS (r) : ORIGIN = 0x{WEIGHTS_ORIGIN:08x}, LENGTH = 1048576")
-    files["linker.ld"] = ld.replace("ENTRY(Reset_Handler)",
-                                    "ENTRY(Reset_Handler)\nPROVIDE(cuvil_weights_slot = ORIGIN(WEIGHTS));")
+    assert "ENTRY(cuvil_entry)" in ld
+    files["linker.ld"] = ld.replace("ENTRY(cuvil_entry)",
+                                    "ENTRY(cuvil_entry)\nPROVIDE(cuvil_weights_slot = ORIGIN(WEIGHTS));")
     for name, text in files.items():
         (d / name).write_text(text)
     cmd = firmware.gcc_command(board, qemu.tool(qemu.GCC), "semihosting", "fw.elf")

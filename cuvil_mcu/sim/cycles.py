@@ -381,8 +381,8 @@ def parse_log(lines, want_regs: bool = False) -> tuple[list[list[int]], list[int
 
 def trace(board, elf: Path, timeout: float = 600.0, want_regs: bool = False) -> Trace:
     """Run `elf` on the board's QEMU machine with the execution trace on."""
-    from . import qemu
-    b = qemu.sim_board(board)
+    from . import firmware, qemu
+    b, _ = firmware.qemu_machine(qemu.sim_board(board))   # a real board runs on its core's QEMU machine
     with tempfile.TemporaryDirectory(prefix="cuvil-trace-") as tmp:
         log = Path(tmp) / "trace.log"
         cmd = qemu.qemu_command(b, elf) + ["-d", "in_asm,exec,nochain" + (",cpu" if want_regs else ""),

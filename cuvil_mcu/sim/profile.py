@@ -207,7 +207,8 @@ def run(compiled, inputs=None, board=None, wait_states: int | None = None, timeo
     prof_c = dataclasses.replace(compiled, header=header)
     elf, _, _ = qemu.build(prof_c, xs, b)
     tr = cycles.trace(b, elf, timeout=timeout, want_regs=ws > 0)
-    mm = firmware.memory_map(b, True)
+    machine, _ = firmware.qemu_machine(b)   # the ELF is linked for the QEMU machine's memory map
+    mm = firmware.memory_map(machine)
     est = cycles.estimate(tr, model, ws, marker=marker_name(compiled.prefix),
                           flash=(mm.flash_base, mm.flash_len), elf_words=cycles.read_words(elf) if ws else None)
     g = compiled.graph
@@ -221,7 +222,7 @@ def run(compiled, inputs=None, board=None, wait_states: int | None = None, timeo
     p = Profile(board=b.id, core=b.core, model=model.name, wait_states=ws, clock_hz=b.clock_hz,
                 macs=compiled.macs, layers=layers, instructions=est.instructions, cycles=est.cycles,
                 stack=int(st.group(1), 16) if st else None,
-                systick_instructions=round(int(ticks.group(1), 16) * float(b.sim["insn_per_tick"])) if ticks
+                systick_instructions=round(int(ticks.group(1), 16) * float(machine.sim["insn_per_tick"])) if ticks
                 else None)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
