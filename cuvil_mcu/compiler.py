@@ -84,6 +84,25 @@ def _note_mixed_precision(g: Graph) -> None:
                        f"{names}{more}")
 
 
+def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool):
+    """Kernel choice and memory plan, RAM first: lower with no spare room (each
+    kernel's leanest variant), plan; then let kernels with a faster buffered
+    variant take scratch where the arena has room at their step, and keep
+    that only if the arena did not grow. Returns (plan, room for render)."""
+    low = codegen.lower(g, prefix, b)
+    lean = planner.plan(g, algorithm, low.scratch, low.orders, preserve_inputs)
+    room = planner.room(g, lean)
+    if not any(room.values()):
+        return lean, None
+    low2 = codegen.lower(g, prefix, b, room)
+    if low2.scratch == low.scratch:
+        return lean, None
+    fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
+    if fast.arena_size > lean.arena_size:
+        return lean, None
+    return fast, room
+
+
 def check_name(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name.endswith("_"):
         raise CuvilError(f"--name '{name}' must be a C identifier: a letter, then letters, digits or "
@@ -95,7 +114,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   input_shapes: dict | None = None, algorithm: str = "auto",
                   verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
                   calibration: str | dict | None = None, calibrate: str = "minmax",
-                  percentile: float = 99.99, io: str = "model") -> Compiled:
+                  percentile: float = 99.99, io: str = "model", preserve_inputs: bool = False) -> Compiled:
     prefix = check_name(name)
     b = boards.get(board)
     if isinstance(model, onnx.ModelProto):
@@ -120,7 +139,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         raise CuvilError(f"--io '{io}': choose model (the ONNX model's own I/O types) or int8")
     _check_nodes(g)
     _note_mixed_precision(g)
-    plan = planner.plan(g, algorithm)
+    plan, room = _plan(g, prefix, b, algorithm, preserve_inputs)
     macs = 0
     counts: Counter = Counter()
     for n in g.nodes:
@@ -129,6 +148,6 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
-    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b)
+    r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b, room=room)
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)

@@ -73,6 +73,13 @@ class Emitter:
     _const_by_key: dict = field(default_factory=dict)
     node = None
     target: object = None   # the Board: ISA features for kernel variants (cuvil_mcu.isa)
+    # Lowering facts the planner needs (see `lower`): per node, bytes of arena
+    # scratch its kernels take, and per input the kernel's read/write order
+    # (planner/windows.py) that lets the output overlap that input.
+    scratch_bytes: dict = field(default_factory=dict)    # node name -> bytes
+    orders: dict = field(default_factory=dict)           # node name -> {input index: Order | callable}
+    room: dict | None = None     # node name -> arena bytes its kernels may take as scratch (None: none spare)
+    _last_read: dict | None = None
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -88,6 +95,41 @@ class Emitter:
     def scratch(self, ctype: str = "unsigned char") -> str:
         off = self.plan.scratch_offset[self.node.name]
         return f"({ctype} *)(a + {off}u)"
+
+    def scratch_buf(self, nbytes: int, ctype: str = "int8_t") -> str:
+        """A planned arena buffer of nbytes for this node's kernel (border
+        copies, split activations, row rings): live during the node only,
+        overlapping dead tensors. Several per node follow each other."""
+        name = self.node.name
+        at = self.scratch_bytes.get(name, 0)
+        self.scratch_bytes[name] = at + -(-int(nbytes) // ALIGN) * ALIGN
+        base = self.plan.scratch_offset.get(name, 0) if self.plan is not None else 0
+        return f"({ctype} *)(a + {base + at}u)"
+
+    def scratch_room(self) -> int:
+        """Arena bytes this node's kernels may take as scratch without making
+        the arena bigger (0 until the planner has said): a kernel with a
+        buffer-free variant uses it when its buffer does not fit."""
+        return int(self.room.get(self.node.name, 0)) if self.room else 0
+
+    def order(self, index: int, order) -> None:
+        """Declare the kernel's read/write order for input `index` -> output 0
+        (a planner.windows.Order or a callable building one): the planner may
+        then write the output over that input (an offset window)."""
+        self.orders.setdefault(self.node.name, {})[index] = order
+
+    def input_dies(self, t: Tensor | str) -> bool:
+        """Whether run-time tensor t is read for the last time by this node
+        (its bytes are free for the output, if the kernel's order allows)."""
+        name = t if isinstance(t, str) else t.name
+        if self._last_read is None:
+            self._last_read = {}
+            for i, n in enumerate(self.graph.nodes):
+                for u in n.inputs:
+                    if u:
+                        self._last_read[u] = i
+        step = next(i for i, n in enumerate(self.graph.nodes) if n is self.node)
+        return self._last_read.get(name) == step and name not in self.graph.outputs
 
     def const(self, data: np.ndarray, name: str = "c", ctype: str | None = None) -> str:
         """A const array in flash holding `data`; identical arrays are stored once."""
@@ -171,12 +213,7 @@ class Rendered:
     kernels: list[str]           # function names of the kernels emitted
 
 
-def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
-           summary: dict | None = None, target=None) -> Rendered:
-    """The header. Deterministic: no time, path or command line in it.
-    target: the Board object, whose ISA picks kernel variants."""
-    k = Emitter(prefix, g, plan)
-    k.target = target
+def _emit_nodes(g: Graph, k: Emitter) -> None:
     for i, n in enumerate(g.nodes):
         op = ops.get(n.op_type)
         ins = [g.tensors[t] if t else None for t in n.inputs]
@@ -189,6 +226,42 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
             k.line("/* view: no code */")
             continue
         op.emit(n, ins, outs, k)
+
+
+class _Probe:
+    """The plan stand-in while lowering: every offset 0."""
+
+    def __init__(self):
+        from collections import defaultdict
+        self.tensor_offset = defaultdict(int)
+        self.scratch_offset = defaultdict(int)
+
+
+@dataclass
+class Lowering:
+    scratch: dict      # node name -> arena scratch bytes of its kernels
+    orders: dict       # node name -> {input index: Order | callable}
+
+
+def lower(g: Graph, prefix: str = "model", target=None, room: dict | None = None) -> Lowering:
+    """Run every op's kernel choice once without a plan and collect what the
+    planner needs: scratch bytes and read/write orders per node. `room` is
+    what render will be given (the same choices are made)."""
+    k = Emitter(prefix, g, _Probe())
+    k.target = target
+    k.room = room
+    _emit_nodes(g, k)
+    return Lowering(dict(k.scratch_bytes), dict(k.orders))
+
+
+def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
+           summary: dict | None = None, target=None, room: dict | None = None) -> Rendered:
+    """The header. Deterministic: no time, path or command line in it.
+    target: the Board object, whose ISA picks kernel variants."""
+    k = Emitter(prefix, g, plan)
+    k.target = target
+    k.room = room
+    _emit_nodes(g, k)
     # Outputs that are constants are copied into the arena on each run.
     for name in g.outputs:
         t = g.tensors[name]
