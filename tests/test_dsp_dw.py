@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cuvil_mcu import codegen, planner, quant, reference
+from cuvil_mcu import compiler, quant, reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_dw
 from helpers import check_strict_builds
@@ -342,7 +342,8 @@ def _compile_extreme(board, monkeypatch, seed=31):
         if act is not None:
             n.act = act
     seen.clear()
-    c = dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+    plan, r = compiler.plan_and_render(g, c.prefix, c.board)
+    c = dataclasses.replace(c, plan=plan, header=r.text)
     names = sorted(seen)
     assert len(names) == len(EXTREME), seen
     for i, name in enumerate(names):

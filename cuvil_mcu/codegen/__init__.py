@@ -77,7 +77,7 @@ class Emitter:
     # scratch its kernels take, and per input the kernel's read/write order
     # (planner/windows.py) that lets the output overlap that input.
     scratch_bytes: dict = field(default_factory=dict)    # node name -> bytes
-    orders: dict = field(default_factory=dict)           # node name -> {input index: Order | callable}
+    orders: dict = field(default_factory=dict)           # node name -> [(input index, variant, Order | callable)]
     room: dict | None = None     # node name -> arena bytes its kernels may take as scratch (None: none spare)
     _last_read: dict | None = None
 
@@ -103,8 +103,11 @@ class Emitter:
         name = self.node.name
         at = self.scratch_bytes.get(name, 0)
         self.scratch_bytes[name] = at + -(-int(nbytes) // ALIGN) * ALIGN
-        base = self.plan.scratch_offset.get(name, 0) if self.plan is not None else 0
-        return f"({ctype} *)(a + {base + at}u)"
+        if not isinstance(self.plan, _Probe) and (name not in self.plan.scratch_offset
+                                                  or self.plan.scratch_size[name] < self.scratch_bytes[name]):
+            raise RuntimeError(f"node '{name}': its kernel takes {self.scratch_bytes[name]} B of scratch the plan "
+                               "does not have (plan with the lowering's scratch: compiler.plan_and_render)")
+        return f"({ctype} *)(a + {self.plan.scratch_offset[name] + at}u)"
 
     def scratch_room(self) -> int:
         """Arena bytes this node's kernels may take as scratch without making
@@ -112,11 +115,18 @@ class Emitter:
         buffer-free variant uses it when its buffer does not fit."""
         return int(self.room.get(self.node.name, 0)) if self.room else 0
 
-    def order(self, index: int, order) -> None:
+    def order(self, index: int, order, variant: str | None = None) -> None:
         """Declare the kernel's read/write order for input `index` -> output 0
         (a planner.windows.Order or a callable building one): the planner may
-        then write the output over that input (an offset window)."""
-        self.orders.setdefault(self.node.name, {})[index] = order
+        then write the output over that input (an offset window). A kernel
+        with several loop orders declares each under a variant name; the plan
+        says which one it took (`variant`)."""
+        self.orders.setdefault(self.node.name, []).append((index, variant, order))
+
+    def variant(self) -> str | None:
+        """The loop-order variant the plan chose for this node's aliasing
+        (None: no alias, or while lowering)."""
+        return getattr(self.plan, "variants", {}).get(self.node.name)
 
     def input_dies(self, t: Tensor | str) -> bool:
         """Whether run-time tensor t is read for the last time by this node
@@ -240,7 +250,7 @@ class _Probe:
 @dataclass
 class Lowering:
     scratch: dict      # node name -> arena scratch bytes of its kernels
-    orders: dict       # node name -> {input index: Order | callable}
+    orders: dict       # node name -> [(input index, variant, Order | callable)]
 
 
 def lower(g: Graph, prefix: str = "model", target=None, room: dict | None = None) -> Lowering:

@@ -57,6 +57,7 @@ class Plan:
     # node, input, output, delta (output offset - input offset), the kernel order's model
     aliases: list[dict] = field(default_factory=list)
     no_alias_bound: int | None = None   # the lower bound when no output may overlap its input
+    variants: dict[str, str] = field(default_factory=dict)   # node -> kernel loop variant its alias needs
 
     def to_json(self) -> str:
         return json.dumps({
@@ -167,12 +168,11 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
             if r is None and j == 0 and orders and n.name in orders:
                 found = _window_alias(g, n, i, orders[n.name], root, rel, life, outputs, preserve_inputs)
                 if found is not None:
-                    t, delta = found
+                    t, delta, variant, what = found
                     r, at = root[t], rel.get(t, 0) + delta
                     if aliases is not None:
-                        order = orders[n.name][n.inputs.index(t)]
                         aliases.append({"node": n.name, "input": t, "output": o, "delta": delta,
-                                        "order": getattr(order, "what", "")})
+                                        "variant": variant, "order": what})
             root[o] = r if r is not None else o
             rel[o] = at
             live(root[o], i)
@@ -206,13 +206,15 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
 
 
 def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
-    """(input, delta) when output 0 of node n (step i) can be written over
-    one of its inputs: the input dies here, no other tensor of its buffer
-    that is still needed shares the bytes the output would take, and the
-    input's order gives a window (windows.best_delta)."""
+    """(input, delta, variant) when output 0 of node n (step i) can be
+    written over one of its inputs: the input dies here, no other tensor of
+    its buffer that is still needed shares the bytes the output would take,
+    and the kernel's order (one per loop variant) gives a window
+    (windows.best_delta). Of several, the one whose buffer stays smallest."""
     from .windows import best_delta
     out = g.tensors[n.outputs[0]]
-    for idx, order in sorted(orders.items()):
+    best = None
+    for k, (idx, variant, order) in enumerate(orders):
         if idx >= len(n.inputs) or not n.inputs[idx]:
             continue
         t = n.inputs[idx]
@@ -227,18 +229,21 @@ def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
         if any(m in g.inputs for m in same) and preserve_inputs:
             continue
         if callable(order):
-            order = orders[idx] = order()
-        delta = best_delta(order, ALIGN)
+            order = order()
+            orders[k] = (idx, variant, order)
+        at = rel.get(t, 0)
+        ext = (min(rel.get(m, 0) for m in group), max(rel.get(m, 0) + g.tensors[m].nbytes for m in group))
+        blocked = [(rel.get(m, 0), rel.get(m, 0) + g.tensors[m].nbytes) for m in group
+                   if m not in same and life[m][1] >= i]
+        delta = best_delta(order, ALIGN, at, ext, blocked)
         if delta is None:
             continue
-        lo = rel.get(t, 0) + delta
+        lo = at + delta
         hi = lo + out.nbytes
-        clash = [m for m in group if m not in same and life[m][1] >= i
-                 and rel.get(m, 0) < hi and lo < rel.get(m, 0) + g.tensors[m].nbytes]
-        if clash:
-            continue
-        return t, delta
-    return None
+        span = max(ext[1], hi) - min(ext[0], lo)
+        if best is None or (span, -abs(delta)) < best[0]:   # as windows.best_delta: room for the next layer
+            best = ((span, -abs(delta)), t, delta, variant, getattr(order, "what", ""))
+    return None if best is None else best[1:]
 
 
 def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
@@ -323,6 +328,7 @@ def plan(g: Graph, algorithm: str = "auto", scratch: dict[str, int] | None = Non
         tensor_bytes={t: g.tensors[t].nbytes for t in root},
         aliases=aliases,
         no_alias_bound=no_alias,
+        variants={a["node"]: a["variant"] for a in aliases if a["variant"]},
     )
 
 
@@ -339,7 +345,7 @@ def room(g: Graph, p: Plan) -> dict[str, int]:
 
 
 def _extent(records, offsets) -> int:
-    return max((off + size for (size, _, _), off in zip(records, offsets)), default=0)
+    return max((off + r[0] for r, off in zip(records, offsets)), default=0)
 
 
 __all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lifetimes", "lower_bound", "overlaps", "plan", "room"]

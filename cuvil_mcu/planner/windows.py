@@ -56,28 +56,42 @@ class Order:
         return int(np.min(after[self.write_step] - a - 1))
 
 
-def _span(delta: int, n_in: int, n_out: int) -> int:
-    return max(n_in, delta + n_out) - min(0, delta)
-
-
-def best_delta(order: Order, align: int, tries: int = 48) -> int | None:
-    """The output's offset from the input's (a multiple of align) with the
-    smallest combined extent that is safe, or None when only a placement
-    without overlap is (the planner then keeps the buffers apart)."""
+def best_delta(order: Order, align: int, at: int = 0, extent: tuple[int, int] | None = None,
+               blocked: list[tuple[int, int]] = (), tries: int = 64) -> int | None:
+    """The output's offset from the input's (a multiple of align) that is
+    safe and keeps the buffer smallest: the input sits at `at` in a buffer
+    spanning `extent` (default: the input alone) in which the `blocked`
+    ranges hold other tensors still needed; the result minimises the span
+    with the output added, then moves as far as it may inside it (so the
+    next layer, whose window usually points the other way, has room). None
+    when only a placement without overlap is safe (the planner keeps the
+    buffers apart)."""
     n_in, n_out = order.last_read.size, order.write_step.size
+    g_lo, g_hi = extent if extent is not None else (at, at + n_in)
     lo = -(-n_out // align) * align           # beyond these the buffers do not overlap
     hi = -(-n_in // align) * align
-    # the ideal deltas give max(n_in, n_out); walk outward from them
-    ideal = [d for d in range(-lo + align, hi, align)]
-    ideal.sort(key=lambda d: (_span(d, n_in, n_out), abs(d), d))
-    for d in ideal[:tries]:
+
+    def span(d):
+        return max(g_hi, at + d + n_out) - min(g_lo, at + d)
+
+    def free(d):
+        return not any(at + d < b1 and b0 < at + d + n_out for b0, b1 in blocked)
+    cands = sorted((d for d in range(-lo + align, hi, align) if free(d)), key=lambda d: (span(d), -abs(d), d))
+    for d in cands[:tries]:
         if order.safe(d):
             return d
-    d = order.sufficient_delta()
-    d = (d // align) * align
-    while d > -lo and not order.safe(d):
+    best = None
+    d = (order.sufficient_delta() // align) * align
+    while d > -lo and not (free(d) and order.safe(d)):
         d -= align
-    return d if d > -lo else None
+    if d > -lo:
+        best = d
+    for d in cands[tries:]:          # the rest, in order, until one beats the sufficient one
+        if best is not None and span(d) >= span(best):
+            break
+        if order.safe(d):
+            return d
+    return best
 
 
 # ---------------------------------------------------------------------------
@@ -91,41 +105,61 @@ def _last_cover(n_in: int, n_out: int, k: int, s: int, pad: int) -> np.ndarray:
     return np.where((o >= 0) & (o * s - pad + k > i) & (o * s - pad <= i), o, -1)
 
 
-def raster(geo, depthwise: bool, group: int = 1, per_channel: bool = True, what: str = "") -> Order:
-    """Output pixels in raster order (batch, row, column). per_channel: each
-    output channel m of pixel p is computed and written before channel m + 1
-    is read (step p M + m; depthwise reads channel m only, a general conv
-    every channel of the window); else pixels in groups of `group` (p //
-    group): the group's windows are read (copied) before any of its outputs
-    is written."""
+def _first_cover(n_in: int, n_out: int, k: int, s: int, pad: int) -> np.ndarray:
+    """For each input index, the first output index whose window holds it (-1: none)."""
+    i = np.arange(n_in)
+    o = np.maximum(0, -(-(i + pad - k + 1) // s))
+    return np.where((o < n_out) & (o * s - pad <= i) & (o * s - pad + k > i), o, -1)
+
+
+def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = "",
+           reverse: bool = False, seq: bool = False) -> Order:
+    """Output pixels in raster order (batch, row, column), `group` pixels per
+    pass; per pass, output channels in blocks of `cblock` (0: all at once):
+    for each block the pass's inputs are read (a depthwise block reads only
+    its own channels, a general conv the whole window), then the block's
+    outputs of every pixel of the pass are written (seq: each pixel's
+    inputs read and outputs written in turn, pixel after pixel of the pass,
+    for each block). cblock 0 is a kernel that copies the pass's windows
+    before any output is written. reverse: the passes run from the last
+    pixel down."""
     (h, w), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
     (dh, dw) = geo.dilations
     c, m, nb = geo.c, geo.m, geo.n
     if (dh, dw) != (1, 1):
         kh, kw = (kh - 1) * dh + 1, (kw - 1) * dw + 1     # conservative: the whole dilated window
+    cb = cblock or m
+    nblk = -(-m // cb)
     npx = oh * ow
+    gpb = -(-npx // group)                    # passes per batch entry
+    ngroup = nb * gpb
     pix = np.arange(nb * npx, dtype=np.int64)
-    if per_channel:
-        ws = (pix[:, None] * m + np.arange(m)[None, :]).reshape(-1)
-    else:
-        ws = np.repeat(pix // group, m)
-    ry = _last_cover(h, oh, kh, sh, pt)
-    rx = _last_cover(w, ow, kw, sw, pl)
+
+    def step(q):   # the pass of pixel q (reverse: the passes run from the last down)
+        s = (q // npx) * gpb + (q % npx) // group
+        return ngroup - 1 - s if reverse else s
+    sub = group if seq else 1
+
+    def within(q):   # the pixel's turn inside its pass and block
+        return q % npx % group if seq else np.zeros_like(q)
+    ws = ((step(pix)[:, None] * nblk + (np.arange(m) // cb)[None, :]) * sub + within(pix)[:, None]).reshape(-1)
+    cover = _first_cover if reverse else _last_cover
+    ry = cover(h, oh, kh, sh, pt)
+    rx = cover(w, ow, kw, sw, pl)
     last_pix = np.where((ry[:, None] >= 0) & (rx[None, :] >= 0), ry[:, None] * ow + rx[None, :], -1)  # [h][w]
     last_pix = (last_pix[None] + (np.arange(nb) * npx)[:, None, None]).reshape(nb, h * w)
     last_pix = np.where(last_pix >= np.arange(nb)[:, None] * npx, last_pix, -1).reshape(-1)
-    if per_channel:
-        if depthwise:
-            mult = m // c
-            ch = np.arange(c) * mult + mult - 1                       # the last output channel reading ch
-            lr = last_pix[:, None] * m + ch[None, :]
-        else:
-            lr = np.repeat(last_pix * m + m - 1, c).reshape(-1, c)
-        lr = np.where(last_pix[:, None] >= 0, lr, -1).reshape(-1)
+    if depthwise:
+        mult = m // c
+        blk = (np.arange(c) * mult + mult - 1) // cb          # the last block reading channel ch
     else:
-        lr = np.repeat(np.where(last_pix >= 0, last_pix // group, -1), c)
-    return Order(ws.astype(np.int64), lr.astype(np.int64), what or f"raster(group={group}, per_channel={per_channel})")
+        blk = np.full(c, nblk - 1)
+    lp = np.maximum(last_pix, 0)
+    lr = (step(lp)[:, None] * nblk + blk[None, :]) * sub + within(lp)[:, None]
+    lr = np.where(last_pix[:, None] >= 0, lr, -1).reshape(-1)
+    return Order(ws.astype(np.int64), lr.astype(np.int64),
+                 what or f"raster(group={group}, cblock={cblock}{', reverse' if reverse else ''})")
 
 
 def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, lb: int, sh: int, pt: int,
@@ -148,7 +182,8 @@ def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, l
         l_idx = np.arange(lines)[:, None, None]
         x_idx = np.arange(cols_out)[None, :, None]
         addr = b * lines * cols_out * c + l_idx * rout + x_idx * cout + ch[None, None, :]
-        ws[addr.reshape(-1)] = (base + (l_idx // lb) * ng + ch[None, None, :] // cgroup).reshape(-1)
+        ws[addr.reshape(-1)] = np.broadcast_to(base + (l_idx // lb) * ng + ch[None, None, :] // cgroup,
+                                         addr.shape).reshape(-1)
         # input row r: the last band whose rows [l0 sh - pt, l0 sh - pt + 2 nk) hold it
         r = np.arange(rows)
         last_band = np.full(rows, -1, np.int64)
