@@ -29,6 +29,7 @@ class Compiled:
     budget_lines: list[str] = field(default_factory=list)
     # --quantize int8: tensor -> {min, max, scale, zero_point, method, ...} (ptq.py)
     calibration: dict | None = None
+    stack_bound: int = 0     # bytes of stack the run function and its kernels take at most
 
     @property
     def in_specs(self):
@@ -46,8 +47,13 @@ class Compiled:
             f"ops      {len(g.nodes)} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
             f"MACs     {self.macs:,}",
             f"flash    {self.weights_bytes:,} B of constants",
-            f"RAM      arena {p.arena_size:,} B (planner {p.algorithm}; lower bound {p.lower_bound:,} B)",
+            f"RAM      {p.arena_size + self.stack_bound:,} B = arena {p.arena_size:,} B (planner {p.algorithm}; "
+            f"lower bound {p.lower_bound:,} B" + (f", {p.no_alias_bound:,} B without in-place" if p.no_alias_bound else "")
+            + f") + kernel stack <= {self.stack_bound:,} B",
         ]
+        if p.aliases:
+            lines.append(f"in place {len(p.aliases)} of {len(g.nodes)} nodes write their output over their input "
+                         f"(--plan-out lists the offsets)")
         for t in g.inputs:
             lines.append(f"input    {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
         for t in g.outputs:
@@ -169,4 +175,5 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs}, target=b, room=room)
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes)
-    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib)
+    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
+                    stack_bound=r.stack_bound)

@@ -221,6 +221,23 @@ class Rendered:
     text: str
     weights_bytes: int           # bytes of const arrays in the header
     kernels: list[str]           # function names of the kernels emitted
+    stack_bound: int = 0         # bytes of stack <prefix>_run and its kernels take at most
+
+
+# Bytes of stack <prefix>_run and the kernels it calls may take, by the
+# board's most capable kernel family: their buffers are arena scratch, so
+# what is left is register spills and a few small arrays. Measured with
+# arm-none-eabi-gcc -O2 -fstack-usage (run frame + deepest kernel frame) on
+# every shared model and checked by `sim` with the painted stack
+# (tests/test_planner.py, benchmarks/run.py).
+STACK_BOUND = {"mve": 512, "dsp": 320, "neon": 512, "portable": 512}
+
+
+def stack_bound(target) -> int:
+    for feature in ("mve", "dsp", "neon"):
+        if target is not None and target.has(feature):
+            return STACK_BOUND[feature]
+    return STACK_BOUND["portable"]
 
 
 def _emit_nodes(g: Graph, k: Emitter) -> None:
@@ -292,9 +309,10 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "summary": summary or {},
         "plan": plan,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
+        "stack_bound": stack_bound(target),
     }
     text = env().get_template("model.h.j2").render(**ctx)
-    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels))
+    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels), ctx["stack_bound"])
 
 
 def _comment_safe(s: str) -> str:
