@@ -168,11 +168,11 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
             if r is None and j == 0 and orders and n.name in orders:
                 found = _window_alias(g, n, i, orders[n.name], root, rel, life, outputs, preserve_inputs)
                 if found is not None:
-                    t, delta, variant, what = found
+                    t, delta, variant, what, params = found
                     r, at = root[t], rel.get(t, 0) + delta
                     if aliases is not None:
                         aliases.append({"node": n.name, "input": t, "output": o, "delta": delta,
-                                        "variant": variant, "order": what})
+                                        "variant": variant, "order": what, "model": params})
             root[o] = r if r is not None else o
             rel[o] = at
             live(root[o], i)
@@ -242,7 +242,7 @@ def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
         hi = lo + out.nbytes
         span = max(ext[1], hi) - min(ext[0], lo)
         if best is None or (span, -abs(delta)) < best[0]:   # as windows.best_delta: room for the next layer
-            best = ((span, -abs(delta)), t, delta, variant, getattr(order, "what", ""))
+            best = ((span, -abs(delta)), t, delta, variant, getattr(order, "what", ""), getattr(order, "params", None))
     return None if best is None else best[1:]
 
 

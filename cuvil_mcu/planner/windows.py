@@ -29,7 +29,8 @@ import numpy as np
 class Order:
     write_step: np.ndarray    # int64 [output bytes]
     last_read: np.ndarray     # int64 [input bytes]; -1: never read
-    what: str = ""            # for --plan-out: the model's name and parameters
+    what: str = ""            # for --plan-out: the kernel and its order
+    params: dict | None = None   # the model and its parameters (--plan-out; the tests replay them)
 
     def safe(self, delta: int) -> bool:
         n_out, n_in = self.write_step.size, self.last_read.size
@@ -159,7 +160,9 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
     lr = (step(lp)[:, None] * nblk + blk[None, :]) * sub + within(lp)[:, None]
     lr = np.where(last_pix[:, None] >= 0, lr, -1).reshape(-1)
     return Order(ws.astype(np.int64), lr.astype(np.int64),
-                 what or f"raster(group={group}, cblock={cblock}{', reverse' if reverse else ''})")
+                 what or f"raster(group={group}, cblock={cblock}{', reverse' if reverse else ''})",
+                 dict(model="raster", depthwise=bool(depthwise), group=group, cblock=cblock, reverse=bool(reverse),
+                      seq=bool(seq)))
 
 
 def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, lb: int, sh: int, pt: int,
@@ -198,4 +201,6 @@ def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, l
         val = np.where(last_band[:, None, None] >= 0,
                        base + last_band[:, None, None] * ng + ch[None, None, :] // cgroup, -1)
         lr[addr.reshape(-1)] = np.broadcast_to(val, addr.shape).reshape(-1)
-    return Order(ws, lr, what or f"bands(lb={lb})")
+    return Order(ws, lr, what or f"bands(lb={lb})",
+                 dict(model="bands", rows=rows, cols_in=cols_in, lines=lines, cols_out=cols_out, lb=lb, sh=sh,
+                      pt=pt, kh=kh, nk_extra=nk_extra, rin=rin, cin=cin, rout=rout, cout=cout, cgroup=cgroup))
