@@ -55,7 +55,9 @@ LAYERS = [
 
 
 def _kernels(header: str) -> set[str]:
-    return set(re.findall(r"model__(qdw\w*?)\(", header))
+    """The depthwise kernels of a header, without the plane size suffix
+    (_pl<words>: the arena scratch per layer)."""
+    return {re.sub(r"_pl\d+$", "", k) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _check(layers, seed, requant="fixed"):

@@ -300,7 +300,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # orientation: lines along the shorter output dimension; along rows when the
     # output may be written over the input (row bands keep the writes behind
     # the reads: planner/windows.bands)
-    trans = ow < oh and not k.input_dies(x)
+    trans = ow < oh and not (k.input_dies(x) and ow >= NP)
     cl_in, cl_out = (wd * c, c), (ow * c, c)            # byte strides of (row, column)
     if trans:
         h, wd, oh, ow, kh, kw, sh, sw, pt, pl = wd, h, ow, oh, kw, kh, sw, sh, pl, pt

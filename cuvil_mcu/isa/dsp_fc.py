@@ -157,7 +157,7 @@ def emit(op, node, ins, outs, k, prm) -> bool:
     kf, kt = divmod(kk, 4)
     ng2 = -(-kk // 8)
     buf = 4 * ng2                                # int32 words of split activations (arena scratch)
-    direct = npass + rem == 1 or kk < 8 or 4 * buf > k.scratch_room()
+    direct = npass + rem == 1 or kk < 8 or buf > dsp.MAX_STACK // 4 or 4 * buf > k.scratch_room()
     groups = kf + (kt > 0) if direct else 2 * ng2
     slots, ckn = plan_pairs(b, c), 0
     if slots is None:

@@ -84,7 +84,8 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     g = k.const(geo_arr.astype(np.int32), "qconv_geo")
     # per pixel, blocks of 4 (conv) / 8 (depthwise) channels: one channel at a
     # time is the conservative model of both
-    k.order(op.X, lambda: windows.raster(geo, depthwise, group=1, cblock=1, what=f"{template}: pixels"))
+    if outs[0].dtype in ("int8", "uint8"):   # (the order models count one-byte elements)
+        k.order(op.X, lambda: windows.raster(geo, depthwise, group=1, cblock=1, what=f"{template}: pixels"))
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
     return True
 

@@ -203,7 +203,9 @@ class _QConvBase(Op):
         wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
         bsym = k.const(b2, f"{node.name}_bias")
         g = k.const(geo_arr.astype(np.int32), "qconv_geo")
-        if p.cl:   # per pixel in raster order, each output channel written after its window is read
+        # per pixel in raster order, each output channel written after its window is
+        # read (the order models count bytes: one-byte elements in and out only)
+        if p.cl and x.dtype in INT8_TYPES and outs[0].dtype in INT8_TYPES:
             k.order(self.X, lambda: windows.raster(p.geo, depthwise, group=1, cblock=1,
                                                    what=f"{template}: pixels, channels one by one"))
             if not depthwise:   # the general kernel also runs from the last pixel down
