@@ -18,6 +18,7 @@ and kernel scratch in the arena, checked three independent ways:
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -255,7 +256,7 @@ def chain(seed: int):
 
 
 @pytest.mark.parametrize("board", BOARDS)
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 def test_random_chains_replay_and_poison(board, seed, tmp_path):
     model, feeds = chain(seed)
     c = compile_model(model, board=board)
@@ -263,8 +264,7 @@ def test_random_chains_replay_and_poison(board, seed, tmp_path):
     assert c.plan.lower_bound <= c.plan.arena_size
     if c.plan.no_alias_bound is not None:
         assert c.plan.lower_bound <= c.plan.no_alias_bound
-    for pattern in POISON[:2]:
-        assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, pattern), feeds)
+    assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, POISON[seed % 2]), feeds)
 
 
 def test_random_chains_alias_most_nodes():
@@ -272,7 +272,7 @@ def test_random_chains_alias_most_nodes():
     (guards against the windows silently finding nothing)."""
     for board in BOARDS:
         n_alias = n_nodes = 0
-        for seed in range(6):
+        for seed in range(4):
             c = compile_model(chain(seed)[0], board=board)
             n_alias += len(c.plan.aliases)
             n_nodes += sum(n.op_type == "QLinearConv" for n in c.graph.nodes)
@@ -363,3 +363,27 @@ def test_hand_windows():
             inside = ~ok
             brute = bool(np.all(order.write_step[inside] >= order.last_read[b[inside]]))
             assert order.safe(d) == brute, d
+
+
+# --------------------------------------------------------------------------- MobileNetV2
+
+MOBILENET = Path(__file__).resolve().parent.parent / "examples" / "mobilenet_v2_035_96_int8.onnx"
+
+
+def test_mobilenet_v2_inverted_residuals(tmp_path):
+    """examples/mobilenet_v2_035_96_int8.onnx (examples/make_mobilenet_v2.py):
+    expansion pointwise layers written over their input (C_out = 6 C_in)
+    where it dies there,
+    depthwise in place, the plan replayed byte by byte, and the DSP header's
+    plain C with a poisoned arena equal to the reference."""
+    c = compile_model(str(MOBILENET), board="qemu-mps2-an386", io="int8")
+    assert replay(c) == len(c.plan.aliases) >= 40
+    assert c.plan.arena_size < c.plan.no_alias_bound
+    expand = [a for a in c.plan.aliases
+              if c.graph.tensors[a["output"]].nbytes == 6 * c.graph.tensors[a["input"]].nbytes]
+    # the first block of each of the 6 stages with t = 6 (the others' input is
+    # read again by the residual Add, so it does not die at the expansion)
+    assert len(expand) == 6, [a["node"] for a in c.plan.aliases]
+    t = c.graph.inputs[0]
+    feeds = {t: np.random.RandomState(3).randint(-128, 128, c.graph.tensors[t].shape).astype(np.int8)}
+    assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, 0xA5), feeds)

@@ -14,7 +14,9 @@
        const float *out = (const float *)model_output(arena, 0);
 
    Inputs and outputs live inside the arena (zero-copy); model_run_copy()
-   copies them in and out instead. Everything the model needs at run time is
+   copies them in and out instead. model_run may overwrite the inputs (layers
+   write their outputs over what they consume): write them again before each
+   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
    the arena: 480 bytes, aligned to 16.
 
    Inputs:
