@@ -119,11 +119,14 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
     return lean, None
 
 
-def plan_and_render(g: Graph, prefix: str, b, algorithm: str = "auto", preserve_inputs: bool = False,
+def plan_and_render(g: Graph, prefix: str, b, algorithm: str = "auto", preserve_inputs: bool | None = None,
                     **render_kw) -> tuple[planner.Plan, codegen.Rendered]:
     """Kernel choice, memory plan and header for an optimized graph (what
     compile_model does after the passes; tests that change a graph render
     it again through this)."""
+    if preserve_inputs is None:      # as the graph was compiled
+        preserve_inputs = getattr(g, "preserve_inputs", False)
+    g.preserve_inputs = preserve_inputs
     plan, room = _plan(g, prefix, b, algorithm, preserve_inputs)
     return plan, codegen.render(g, plan, prefix, target=b, room=room, **render_kw)
 
@@ -164,6 +167,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         raise CuvilError(f"--io '{io}': choose model (the ONNX model's own I/O types) or int8")
     _check_nodes(g)
     _note_mixed_precision(g)
+    g.preserve_inputs = preserve_inputs     # (the kernels choose in-place friendly variants by it)
     plan, room = _plan(g, prefix, b, algorithm, preserve_inputs)
     macs = 0
     counts: Counter = Counter()

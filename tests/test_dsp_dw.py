@@ -75,7 +75,12 @@ def _check(layers, seed, requant="fixed"):
     return c, feeds
 
 
-def test_layers_exact_on_host():
+@pytest.mark.parametrize("wide", [False, True])
+def test_layers_exact_on_host(wide, monkeypatch):
+    # each layer is written over its (transposed) input: the smallest bands
+    # first (3 pair-rows); wide: the bands a layer not in place takes
+    if wide:
+        monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)
     c, _ = _check(LAYERS, seed=21)
     used = [n for n in c.graph.nodes if n.op_type == "QLinearConv"]
     assert len(used) == len(LAYERS)
@@ -84,7 +89,10 @@ def test_layers_exact_on_host():
     kern = {k.rsplit("_kp", 1)[0] for k in _kernels(c.header)}
     assert {"qdw2_dsp_ns_3x3s11", "qdw2_dsp_ns_3x3s22", "qdw2_dsp_ns_5x5s11"} <= kern, kern
     kp = {k.rsplit("_kp", 1)[1] for k in _kernels(c.header) if "qdw2" in k}
-    assert kp == {"4", "5"}, kp     # 5 pair-rows per column, 4 for the 62-column layer
+    if wide:
+        assert kp == {"4", "5"}, kp     # 5 pair-rows per column, 4 for the 62-column layer
+    else:
+        assert kp == {"3"}, kp
 
 
 def test_strict_builds():
@@ -124,7 +132,7 @@ def test_relu_zero_point_at_minimum_takes_sat_without_correction():
     c = compile_model(model, board=BOARD)
     c = with_fused_act(c, (0.0, float("inf")))
     g = c.graph
-    assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp5"}
+    assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp3"}
     outs = run_host(c, feeds)
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, outs):

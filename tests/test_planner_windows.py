@@ -387,3 +387,18 @@ def test_mobilenet_v2_inverted_residuals(tmp_path):
     t = c.graph.inputs[0]
     feeds = {t: np.random.RandomState(3).randint(-128, 128, c.graph.tensors[t].shape).astype(np.int8)}
     assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, 0xA5), feeds)
+
+
+def test_preserve_input(tmp_path):
+    """gen --preserve-input: no node writes over a graph input (here the
+    first layer's input is a view of the graph input: one channel, so NCHW ->
+    NHWC is a Reshape)."""
+    rng = np.random.RandomState(5)
+    node, inits, x = conv_layer(rng, 0, (1, 1, 6, 5), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1]))
+    model = qmodel([node], {"x0": (x.shape, "int8")}, {"y0": "int8"}, inits)
+    for preserve in (False, True):
+        c = compile_model(model, board="qemu-mps2-an386", preserve_inputs=preserve)
+        over_input = [a for a in c.plan.aliases if a["input"] in c.graph.inputs
+                      or c.plan.tensor_offset[a["input"]] == c.plan.tensor_offset[c.graph.inputs[0]]]
+        assert bool(over_input) == (not preserve), c.plan.aliases
+        replay(c)

@@ -139,6 +139,8 @@ class Emitter:
                     if u:
                         self._last_read[u] = i
         step = next(i for i, n in enumerate(self.graph.nodes) if n is self.node)
+        if getattr(self.graph, "preserve_inputs", False) and name in self.graph.inputs:
+            return False
         return self._last_read.get(name) == step and name not in self.graph.outputs
 
     def const(self, data: np.ndarray, name: str = "c", ctype: str | None = None) -> str:
