@@ -339,8 +339,8 @@ def simulate(compiled, inputs, board: Board | str | None = None, timeout: float 
     if check_budget and stack is not None and b.stack_reserve and stack >= b.stack_reserve:
         raise BudgetError(f"firmware does not fit board '{b.id}': the stack ran through its whole reserve of "
                           f"{b.stack_reserve:,} B (stack_reserve in the board file); outputs cannot be trusted")
-    bound = getattr(compiled, "stack_bound", 0)
-    if check_budget and stack is not None and bound and stack > HARNESS_STACK + bound:
+    bound = getattr(compiled, "stack_bound", 0)   # (stated for the boards' default build, -O2)
+    if check_budget and stack is not None and bound and opt == firmware.OPT and stack > HARNESS_STACK + bound:
         raise BudgetError(f"the model used {stack - HARNESS_STACK:,} B of stack beyond the harness's "
                           f"{HARNESS_STACK:,} B, over the header's <NAME>_STACK_BOUND of {bound:,} B")
     return SimResult(board=b, outputs=outs, ticks=ticks, insn_per_tick=float(b.sim["insn_per_tick"]),
