@@ -54,7 +54,8 @@ def _compile(args):
                          requant=args.requant, quantize=args.quantize, calibration=args.calibration,
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
                          weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
-                         precision=args.precision, stream=args.stream)
+                         precision=args.precision, stream=args.stream,
+                         preserve_inputs=args.preserve_input)
 
 
 def _opt_level(args) -> int:
@@ -352,6 +353,9 @@ def _common(p):
     p.add_argument("--io", default="model", choices=("model", "int8"),
                    help="model: inputs/outputs keep the ONNX model's types (default); int8: a quantized "
                         "model's float inputs/outputs are exposed as their int8 tensors")
+    p.add_argument("--preserve-input", action="store_true",
+                   help="keep the inputs intact through <name>_run (by default a layer may write its output "
+                        "over the input it consumes: less RAM)")
     p.add_argument("--requant", choices=("fixed", "float"),
                    help="int8 requantization: fixed (integer multiplier + shift, TFLM arithmetic, no FPU "
                         "needed) or float (float32 scale, onnxruntime's arithmetic); default: the board's")

@@ -33,6 +33,7 @@ class Compiled:
     # --weights separate: <prefix>.weights.bin (codegen/blob.py); the header holds no constant data
     weights_blob: bytes | None = None
     fp16_nodes: list[str] = field(default_factory=list)   # --precision: layers with IEEE half weights
+    stack_bound: int = 0     # bytes of stack the run function and its kernels take at most
 
     @property
     def in_specs(self):
@@ -52,8 +53,13 @@ class Compiled:
             f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
             f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
             f"0 B of constants in the header",
-            f"RAM      arena {p.arena_size:,} B (planner {p.algorithm}; lower bound {p.lower_bound:,} B)",
+            f"RAM      {p.arena_size + self.stack_bound:,} B = arena {p.arena_size:,} B (planner {p.algorithm}; "
+            f"lower bound {p.lower_bound:,} B" + (f", {p.no_alias_bound:,} B without in-place" if p.no_alias_bound else "")
+            + f") + kernel stack <= {self.stack_bound:,} B",
         ]
+        if p.aliases:
+            lines.append(f"in place {len(p.aliases)} of {len(g.nodes)} nodes write their output over their input "
+                         f"(--plan-out lists the offsets)")
         for t in g.inputs:
             lines.append(f"input    {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
         for t in g.outputs:
@@ -94,6 +100,49 @@ def _note_mixed_precision(g: Graph) -> None:
                        f"{names}{more}")
 
 
+# Faster kernels that need arena scratch (split activations, row rings) may
+# make the arena this much bigger than the leanest kernels' plan (a fraction).
+SCRATCH_SLACK = 0.08
+
+
+def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack: float = SCRATCH_SLACK,
+          opt_level: int = 3, fp16_nodes=frozenset()):
+    """Kernel choice and memory plan, RAM first: lower with no spare room (each
+    kernel's leanest variant), plan; then let kernels with a faster buffered
+    variant take scratch where the arena has room at their step (plus
+    `slack` of the arena), and keep that if the arena stays within the slack
+    (else try again with half the slack). Returns (plan, room for render)."""
+    lkw = dict(opt_level=opt_level, fp16_nodes=fp16_nodes)   # the choices render will make
+    low = codegen.lower(g, prefix, b, **lkw)
+    lean = planner.plan(g, algorithm, low.scratch, low.orders, preserve_inputs)
+    free = planner.room(g, lean)
+    extra = int(lean.arena_size * slack) // planner.ALIGN * planner.ALIGN
+    for _ in range(3):
+        room = {n: v + extra for n, v in free.items()}
+        if not any(room.values()):
+            break
+        low2 = codegen.lower(g, prefix, b, room, **lkw)
+        if low2.scratch == low.scratch:
+            break
+        fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
+        if fast.arena_size <= lean.arena_size + extra:
+            return fast, room
+        extra = extra // 2 // planner.ALIGN * planner.ALIGN
+    return lean, None
+
+
+def plan_and_render(g: Graph, prefix: str, b, algorithm: str = "auto", preserve_inputs: bool | None = None,
+                    **render_kw) -> tuple[planner.Plan, codegen.Rendered]:
+    """Kernel choice, memory plan and header for an optimized graph (what
+    compile_model does after the passes; tests that change a graph render
+    it again through this)."""
+    if preserve_inputs is None:      # as the graph was compiled
+        preserve_inputs = getattr(g, "preserve_inputs", False)
+    g.preserve_inputs = preserve_inputs
+    plan, room = _plan(g, prefix, b, algorithm, preserve_inputs)
+    return plan, codegen.render(g, plan, prefix, target=b, room=room, **render_kw)
+
+
 def check_name(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name.endswith("_"):
         raise CuvilError(f"--name '{name}' must be a C identifier: a letter, then letters, digits or "
@@ -107,7 +156,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   calibration: str | dict | None = None, calibrate: str = "minmax",
                   percentile: float = 99.99, io: str = "model", weights: str = "inline",
                   opt_level: int = 3, precision: str | None = None,
-                  stream: bool = False) -> Compiled:
+                  stream: bool = False, preserve_inputs: bool = False) -> Compiled:
     prefix = check_name(name)
     if weights not in ("inline", "separate"):
         raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
@@ -137,9 +186,11 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                                                   for n in g.nodes for o in n.outputs if o):
         quantize = "int8"   # --precision int8,...: a float model is quantized (needs --calibration)
     if quantize is not None or calibration is not None:
-        from . import ptq
+        from . import ptq, ptq_rnn
+        # --stream: calibrate whole utterances, not one call's frames
+        cg = ptq_rnn.calibration_graph(model, input_shapes, calibration, g, verify_each) if stream else None
         g, calib = ptq.quantize_graph(g, quantize, calibration, calibrate, percentile, verify_each,
-                                      keep_float=prec_mod.keep_float(g, prec))
+                                      keep_float=prec_mod.keep_float(g, prec), calib_graph=cg)
     if io == "int8":
         from .passes import dead_nodes, io_int8
         g = dead_nodes.run(io_int8.run(g))
@@ -150,7 +201,11 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         g = stream_pass.run(g)
     _check_nodes(g)
     _note_mixed_precision(g)
-    plan = planner.plan(g, algorithm)
+    g.preserve_inputs = preserve_inputs     # (the kernels choose in-place friendly variants by it)
+    fp16 = prec_mod.select(g, prec) if prec.any_fp16 else set()
+    prec_mod.round_weights(g, fp16)
+    target = b if opt_level >= 2 else None     # -O0/-O1: portable kernels
+    plan, room = _plan(g, prefix, target, algorithm, preserve_inputs, opt_level=opt_level, fp16_nodes=fp16)
     macs = 0
     counts: Counter = Counter()
     for n in g.nodes:
@@ -159,15 +214,13 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
         counts[n.op_type] += 1
-    fp16 = prec_mod.select(g, prec) if prec.any_fp16 else set()
-    prec_mod.round_weights(g, fp16)
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
-                       target=b if opt_level >= 2 else None, weights=weights, opt_level=opt_level,
-                       fp16_nodes=fp16)
+                       target=target, room=room, weights=weights, opt_level=opt_level, fp16_nodes=fp16)
     # real boards' firmware projects: samples.c holds one sample of every input in flash
     # (QEMU boards' projects load it straight into RAM, as sim does)
     samples = (sum(g.tensors[n].nbytes for n in g.inputs)
                if b.flash_base is not None and not b.sim.get("qemu_machine") else 0)
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob), samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
-                    weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16])
+                    weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16],
+                    stack_bound=r.stack_bound)

@@ -72,13 +72,14 @@ def rerender(c, act_for=None):
     the QDQ pass sets it) set to act_for(node) where that is not None, and
     the header rendered again."""
     import dataclasses
-    from cuvil_mcu import codegen, planner
+    from cuvil_mcu import compiler
     g = c.graph
     for n in g.nodes:
         a = act_for(n) if act_for is not None else None
         if a is not None:
             n.act = a
-    return dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+    plan, r = compiler.plan_and_render(g, c.prefix, c.board)
+    return dataclasses.replace(c, plan=plan, header=r.text)
 
 
 def with_fused_act(c, act):

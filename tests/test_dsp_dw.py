@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cuvil_mcu import codegen, planner, quant, reference
+from cuvil_mcu import compiler, quant, reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_dw
 from helpers import check_strict_builds
@@ -55,7 +55,9 @@ LAYERS = [
 
 
 def _kernels(header: str) -> set[str]:
-    return set(re.findall(r"model__(qdw\w*?)\(", header))
+    """The depthwise kernels of a header, without the plane size suffix
+    (_pl<words>: the arena scratch per layer)."""
+    return {re.sub(r"_pl\d+$", "", k) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _check(layers, seed, requant="fixed"):
@@ -73,7 +75,12 @@ def _check(layers, seed, requant="fixed"):
     return c, feeds
 
 
-def test_layers_exact_on_host():
+@pytest.mark.parametrize("wide", [False, True])
+def test_layers_exact_on_host(wide, monkeypatch):
+    # each layer is written over its (transposed) input: the smallest bands
+    # first (3 pair-rows); wide: the bands a layer not in place takes
+    if wide:
+        monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)
     c, _ = _check(LAYERS, seed=21)
     used = [n for n in c.graph.nodes if n.op_type == "QLinearConv"]
     assert len(used) == len(LAYERS)
@@ -82,7 +89,10 @@ def test_layers_exact_on_host():
     kern = {k.rsplit("_kp", 1)[0] for k in _kernels(c.header)}
     assert {"qdw2_dsp_ns_3x3s11", "qdw2_dsp_ns_3x3s22", "qdw2_dsp_ns_5x5s11"} <= kern, kern
     kp = {k.rsplit("_kp", 1)[1] for k in _kernels(c.header) if "qdw2" in k}
-    assert kp == {"4", "5"}, kp     # 5 pair-rows per column, 4 for the 62-column layer
+    if wide:
+        assert kp == {"4", "5"}, kp     # 5 pair-rows per column, 4 for the 62-column layer
+    else:
+        assert kp == {"3"}, kp
 
 
 def test_strict_builds():
@@ -122,7 +132,7 @@ def test_relu_zero_point_at_minimum_takes_sat_without_correction():
     c = compile_model(model, board=BOARD)
     c = with_fused_act(c, (0.0, float("inf")))
     g = c.graph
-    assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp5"}
+    assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp3"}
     outs = run_host(c, feeds)
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, outs):
@@ -342,7 +352,8 @@ def _compile_extreme(board, monkeypatch, seed=31):
         if act is not None:
             n.act = act
     seen.clear()
-    c = dataclasses.replace(c, header=codegen.render(g, planner.plan(g), c.prefix, target=c.board).text)
+    plan, r = compiler.plan_and_render(g, c.prefix, c.board)
+    c = dataclasses.replace(c, plan=plan, header=r.text)
     names = sorted(seen)
     assert len(names) == len(EXTREME), seen
     for i, name in enumerate(names):

@@ -80,7 +80,9 @@ def _model(layers, seed):
 
 
 def _calls(header, kernel):
-    return [ln for ln in header.split("\n") if f"__{kernel}_" in ln and ln.strip().startswith("{ int8_t rb[")]
+    """The call lines of kernel in the run function (its ring is arena scratch:
+    the 5th argument)."""
+    return [ln for ln in header.split("\n") if f"__{kernel}_" in ln and ln.strip().startswith("model__")]
 
 
 @needs_qemu
@@ -161,8 +163,11 @@ def test_ring_strips():
     model, _ = _model([LAYERS[9]], 5)
     c = compile_model(model, board=BOARD)
     (call,) = _calls(c.header, "qdwdot_mve")
-    assert int(call.split("rb[")[1].split("]")[0]) <= mve.DW_RING_BYTES
-    sym = call.split("rb, ")[1].split(",")[0].strip()
+    (node,) = [n.name for n in c.graph.nodes if n.op_type == "QLinearConv"]
+    assert c.plan.scratch_size[node] <= mve.DW_RING_BYTES
+    args = call.split("(", 1)[1].rsplit(")", 1)[0].split(", ")
+    assert args[4] == f"(int8_t *)(a + {c.plan.scratch_offset[node]}u)"
+    sym = args[5]
     text = c.header.split(f"int32_t {sym}[")[1].split("{", 1)[1].split("}")[0]
     g = [int(v) for v in text.replace("\n", " ").replace(",", " ").split()]
     assert g[2] == 40 and 1 < g[14] < 40

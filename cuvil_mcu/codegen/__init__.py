@@ -76,6 +76,13 @@ class Emitter:
     opt_level: int = 3      # gen -O: below 3, no shape-specialized kernel variants
     fp16_nodes: frozenset = frozenset()   # --precision: nodes whose float weights are IEEE half
     half_symbols: set = field(default_factory=set)   # const symbols holding half patterns
+    # Lowering facts the planner needs (see `lower`): per node, bytes of arena
+    # scratch its kernels take, and per input the kernel's read/write order
+    # (planner/windows.py) that lets the output overlap that input.
+    scratch_bytes: dict = field(default_factory=dict)    # node name -> bytes
+    orders: dict = field(default_factory=dict)           # node name -> [(input index, variant, Order | callable)]
+    room: dict | None = None     # node name -> arena bytes its kernels may take as scratch (None: none spare)
+    _last_read: dict | None = None
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -91,6 +98,53 @@ class Emitter:
     def scratch(self, ctype: str = "unsigned char") -> str:
         off = self.plan.scratch_offset[self.node.name]
         return f"({ctype} *)(a + {off}u)"
+
+    def scratch_buf(self, nbytes: int, ctype: str = "int8_t") -> str:
+        """A planned arena buffer of nbytes for this node's kernel (border
+        copies, split activations, row rings): live during the node only,
+        overlapping dead tensors. Several per node follow each other."""
+        name = self.node.name
+        at = self.scratch_bytes.get(name, 0)
+        self.scratch_bytes[name] = at + -(-int(nbytes) // ALIGN) * ALIGN
+        if not isinstance(self.plan, _Probe) and (name not in self.plan.scratch_offset
+                                                  or self.plan.scratch_size[name] < self.scratch_bytes[name]):
+            raise RuntimeError(f"node '{name}': its kernel takes {self.scratch_bytes[name]} B of scratch the plan "
+                               "does not have (plan with the lowering's scratch: compiler.plan_and_render)")
+        return f"({ctype} *)(a + {self.plan.scratch_offset[name] + at}u)"
+
+    def scratch_room(self) -> int:
+        """Arena bytes this node's kernels may take as scratch without making
+        the arena bigger (0 until the planner has said): a kernel with a
+        buffer-free variant uses it when its buffer does not fit."""
+        return int(self.room.get(self.node.name, 0)) if self.room else 0
+
+    def order(self, index: int, order, variant: str | None = None) -> None:
+        """Declare the kernel's read/write order for input `index` -> output 0
+        (a planner.windows.Order or a callable building one): the planner may
+        then write the output over that input (an offset window). A kernel
+        with several loop orders declares each under a variant name; the plan
+        says which one it took (`variant`)."""
+        self.orders.setdefault(self.node.name, []).append((index, variant, order))
+
+    def variant(self) -> str | None:
+        """The loop-order variant the plan chose for this node's aliasing
+        (None: no alias, or while lowering)."""
+        return getattr(self.plan, "variants", {}).get(self.node.name)
+
+    def input_dies(self, t: Tensor | str) -> bool:
+        """Whether run-time tensor t is read for the last time by this node
+        (its bytes are free for the output, if the kernel's order allows)."""
+        name = t if isinstance(t, str) else t.name
+        if self._last_read is None:
+            self._last_read = {}
+            for i, n in enumerate(self.graph.nodes):
+                for u in n.inputs:
+                    if u:
+                        self._last_read[u] = i
+        step = next(i for i, n in enumerate(self.graph.nodes) if n is self.node)
+        if getattr(self.graph, "preserve_inputs", False) and name in self.graph.inputs:
+            return False
+        return self._last_read.get(name) == step and name not in self.graph.outputs
 
     def const(self, data: np.ndarray, name: str = "c", ctype: str | None = None) -> str:
         """A const array in flash holding `data`; identical arrays are stored once."""
@@ -191,19 +245,37 @@ class Rendered:
     weights_bytes: int           # bytes of const arrays in the header
     kernels: list[str]           # function names of the kernels emitted
     blob: bytes | None = None    # weights="separate": <name>.weights.bin (codegen/blob.py)
+    stack_bound: int = 0         # bytes of stack <prefix>_run and its kernels take at most
 
 
-def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
-           summary: dict | None = None, target=None, weights: str = "inline",
-           opt_level: int = 3, fp16_nodes=frozenset()) -> Rendered:
-    """The header. Deterministic: no time, path or command line in it.
-    target: the Board object, whose ISA picks kernel variants.
-    weights="separate": the constants go to a blob (codegen/blob.py) that
-    <p>_bind_weights binds at run time; the header keeps only the code."""
+# Bytes of stack <prefix>_run and the kernels it calls may take, by the
+# board's most capable kernel family: their buffers are arena scratch, so
+# what is left is register spills and a few small arrays. Measured with
+# arm-none-eabi-gcc -O2 -fstack-usage (run frame + deepest kernel frame) on
+# every shared model and checked by `sim` with the painted stack
+# (tests/test_planner.py, benchmarks/run.py).
+STACK_BOUND = {"mve": 1024, "dsp": 512, "neon": 512, "portable": 512}
+
+
+def stack_bound(target) -> int:
+    for feature in ("mve", "dsp", "neon"):
+        if target is not None and target.has(feature):
+            return STACK_BOUND[feature]
+    return STACK_BOUND["portable"]
+
+
+def _emitter(g: Graph, plan, prefix: str, target, room, opt_level: int, fp16_nodes) -> "Emitter":
+    """The Emitter render and lower both use: the same settings make the same
+    kernel choices (lowering's scratch and orders must be render's)."""
     k = Emitter(prefix, g, plan)
     k.target = target
+    k.room = room
     k.opt_level = opt_level
     k.fp16_nodes = frozenset(fp16_nodes)
+    return k
+
+
+def _emit_nodes(g: Graph, k: Emitter) -> None:
     for i, n in enumerate(g.nodes):
         op = ops.get(n.op_type)
         ins = [g.tensors[t] if t else None for t in n.inputs]
@@ -216,6 +288,43 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
             k.line("/* view: no code */")
             continue
         op.emit(n, ins, outs, k)
+
+
+class _Probe:
+    """The plan stand-in while lowering: every offset 0."""
+
+    def __init__(self):
+        from collections import defaultdict
+        self.tensor_offset = defaultdict(int)
+        self.scratch_offset = defaultdict(int)
+
+
+@dataclass
+class Lowering:
+    scratch: dict      # node name -> arena scratch bytes of its kernels
+    orders: dict       # node name -> [(input index, variant, Order | callable)]
+
+
+def lower(g: Graph, prefix: str = "model", target=None, room: dict | None = None, opt_level: int = 3,
+          fp16_nodes=frozenset()) -> Lowering:
+    """Run every op's kernel choice once without a plan and collect what the
+    planner needs: scratch bytes and read/write orders per node. `room`,
+    `opt_level` and `fp16_nodes` are what render will be given (the same
+    choices are made)."""
+    k = _emitter(g, _Probe(), prefix, target, room, opt_level, fp16_nodes)
+    _emit_nodes(g, k)
+    return Lowering(dict(k.scratch_bytes), dict(k.orders))
+
+
+def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",
+           summary: dict | None = None, target=None, room: dict | None = None, weights: str = "inline",
+           opt_level: int = 3, fp16_nodes=frozenset()) -> Rendered:
+    """The header. Deterministic: no time, path or command line in it.
+    target: the Board object, whose ISA picks kernel variants.
+    weights="separate": the constants go to a blob (codegen/blob.py) that
+    <p>_bind_weights binds at run time; the header keeps only the code."""
+    k = _emitter(g, plan, prefix, target, room, opt_level, fp16_nodes)
+    _emit_nodes(g, k)
     # Outputs that are constants are copied into the arena on each run.
     for name in g.outputs:
         t = g.tensors[name]
@@ -242,11 +351,12 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "states": states,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
         "wblob": None,
+        "stack_bound": stack_bound(target),
     }
     if weights == "separate":
         return _render_separate(ctx, k)
     text = env().get_template("model.h.j2").render(**ctx)
-    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels))
+    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels), ctx["stack_bound"])
 
 
 def _render_separate(ctx: dict, k: Emitter) -> Rendered:
@@ -265,7 +375,7 @@ def _render_separate(ctx: dict, k: Emitter) -> Rendered:
     # The model file's name is a comment: the same code from a renamed file takes the same blobs.
     ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
     text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
-    return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash))
+    return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash), ctx["stack_bound"])
 
 
 def _comment_safe(s: str) -> str:

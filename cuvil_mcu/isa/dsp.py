@@ -43,7 +43,13 @@ Handled (else the functions return False and the portable kernel runs):
 Not handled (portable kernel): float requantization, uint8 activations or
 outputs, weights that need int16 after the zero point, grouped convolution,
 depthwise multiplier > 1, dilation, ConvInteger / MatMulInteger (int32
-output), run-time B, batched MatMul, NCHW, stack buffers > MAX_STACK.
+output), run-time B, batched MatMul, NCHW, buffers > MAX_STACK.
+
+Buffers (border copies, split activations, row copies) are arena scratch
+planned for the node (codegen.Emitter.scratch_buf), never the stack; those
+of kernels with a buffer-free alternative (depthwise row copies, the FC's
+split row) are taken only within the room the plan has at that step
+(Emitter.scratch_room).
 
 Requantization (bit-identical to quant.requantize_fixed, tested there):
 - "fast" ({{p}}__rqz: SMMULR on 2*acc then a rounding shift) when |acc| <
@@ -62,13 +68,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.qgemm import int32_array, offset_weights
+from ..planner import windows
 
 QCONV_FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kw_n", "sh", "sw", "pt", "pl", "m_n", "l4", "lt",
                 "gq", "xzp", "yzp", "lo", "hi")
 QDW_FIELDS = ("nb", "oh_n", "ow_n", "h", "w_n", "c", "sh", "sw", "pt", "pl", "xzp", "yzp", "lo", "hi")
 QFC_FIELDS = ("m", "n", "yzp", "lo", "hi")
 NUDGE_MAX = 2 ** 30   # |2^(e-1) + yzp 2^e| below this: s + nudge cannot overflow (|s| < 2^30)
-MAX_STACK = 4096   # bytes of buffers (border copies, split activations) a conv kernel may put on the stack
+MAX_STACK = 4096   # most bytes of buffers (border copies, split activations) of a conv kernel (arena scratch)
 
 
 def requant_fast(acc, mult, e) -> np.ndarray:
@@ -130,10 +137,8 @@ def _rq_consts(k, node, mode, mult, second, pad=False) -> tuple[str, str]:
             k.const(f(np.ascontiguousarray(second)), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}"))
 
 
-def _bucket(n: int, least: int) -> int:
-    """A stack buffer size >= n: least, or n rounded up to a multiple of
-    least (few sizes, so layers share kernel variants: flash)."""
-    return max(least, -(-int(n) // least) * least)
+def _align16(n: int) -> int:
+    return -(-int(n) // 16) * 16
 
 
 def _pad_even(v: np.ndarray) -> np.ndarray:
@@ -160,8 +165,8 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     ll = kw * c
     l4, lt = ll // 4, ll % 4
     gq = l4 + (lt > 0)
-    raw, xe = _bucket(2 * kh * ll, 256), _bucket(4 * kh * gq, 128)      # bytes, int32 words
-    if raw + 4 * xe > MAX_STACK:
+    raw, xe = 2 * kh * ll, 4 * kh * gq      # bytes, int32 words (arena scratch, like qconv2_dsp's)
+    if _align16(raw) + 4 * xe > MAX_STACK:
         return False
     wq = offset_weights(np.asarray(w.data).reshape(m, c, kh, kw), p.w_zp, 0)
     if wq.dtype != np.int8:
@@ -187,15 +192,16 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     k.kernel("requant_fixed")
     k.kernel("intrin_dsp")
     odd_m = m % 2 == 1
-    fn = k.kernel("qconv_dsp", {"name": f"{mode}{'s' * sat}_k{kh}_{raw}_{xe}" + "_om" * odd_m, "rq": mode,
-                                "sat": sat,
-                                "kh": kh, "raw": raw, "xe": xe, "odd_m": odd_m, "fields": QCONV_FIELDS})
+    fn = k.kernel("qconv_dsp", {"name": f"{mode}{'s' * sat}_k{kh}" + "_om" * odd_m, "rq": mode,
+                                "sat": sat, "kh": kh, "odd_m": odd_m, "fields": QCONV_FIELDS})
     wsym = k.const(packed.astype(np.int8).reshape(-1), f"{w.name}_dsp")
     bsym = k.const(_pad_even(int32_array(node, folded, "bias with the input zero point folded in")),
                    f"{node.name}_bias")
     msym, ssym = _rq_consts(k, node, mode, mult, second, pad=m % 2 == 1)
     gsym = k.const(np.array([vals[f] for f in QCONV_FIELDS], np.int32), "qconv_dsp_geo")
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
+    bufs = f"{k.scratch_buf(raw)}, {k.scratch_buf(4 * xe, 'int32_t')}"
+    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv_dsp: pixel pairs"))
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym}, {bufs});")
     return True
 
 
@@ -234,6 +240,8 @@ def _depthwise(node, x, w, outs, k, p) -> bool:
     bsym = k.const(int32_array(node, folded, "bias with the input zero point folded in"), f"{node.name}_bias")
     msym, ssym = _rq_consts(k, node, mode, mult, second)
     gsym = k.const(np.array([vals[f] for f in QDW_FIELDS], np.int32), "qdwconv_dsp_geo")
+    # per pixel, 4 channels at a time (1 at a time is the conservative model of it)
+    k.order(0, lambda: windows.raster(geo, True, group=1, cblock=1, what="qdwconv_dsp: pixels"))
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
     return True
 
@@ -254,23 +262,23 @@ def _dw_padded(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool
     nc = max(0, min(wd, need - pl))
     wpad = (-(-ow // npx) * npx - 1) * sw + kw   # room for the unstored pixels of a last pass
     rf = wpad - pl - nc
-    buf = MAX_STACK                         # one size: one kernel per (kh, kw, sw) (flash)
-    if kh * wpad * c > buf:
-        return False
+    buf = kh * wpad * c + 4                 # the rows, + the word past the last group half 1 loads
     fields = ("nb", "oh_n", "ow_n", "h", "w_n", "c", "sh", "pt", "lf", "nc", "rf", "wpad", "xzp", "yzp", "lo", "hi")
     vals = dict(nb=geo.n, oh_n=oh, ow_n=ow, h=h, w_n=wd, c=c, sh=sh, pt=pt, lf=pl, nc=nc, rf=rf, wpad=wpad,
                 xzp=p.x_zp, yzp=p.rq.zp, lo=p.rq.lo, hi=p.rq.hi)
     k.kernel("requant_fixed")
     k.kernel("intrin_dsp")
     fn = k.kernel("qdwpad_dsp", {"name": f"{mode}{'s' * sat}_{kh}x{kw}s{sw}p{npx}", "rq": mode, "sat": sat, "kh": kh,
-                                 "kw": kw, "sw": sw, "np": npx, "buf": buf, "fields": fields})
+                                 "kw": kw, "sw": sw, "np": npx, "fields": fields})
     # [group][half][tap][ch 4q + half, 4q + half + 2] as int16: one word per tap
     w16 = wk.reshape(kh * kw, c // 4, 2, 2).transpose(1, 3, 0, 2).astype(np.int16)
     wsym = k.const(np.ascontiguousarray(w16).reshape(-1).view(np.int32), f"{node.name}_w_dsp")
     bsym = k.const(int32_array(node, folded, "bias with the input zero point folded in"), f"{node.name}_bias")
     msym, ssym = _rq_consts(k, node, mode, mult, second)
     gsym = k.const(np.array([vals[f] for f in fields], np.int32), "qdwpad_dsp_geo")
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym});")
+    # per output row its kh input rows are copied first: row groups
+    k.order(0, lambda: windows.raster(geo, True, group=ow, cblock=0, what="qdwpad_dsp: output rows"))
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {gsym}, {msym}, {ssym}, {k.scratch_buf(buf)});")
     return True
 
 

@@ -38,7 +38,8 @@ Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
 unrolled gather of word loads and shifts, K padded to 4 with zero weights,
-K <= GATHER_MAX). xe is one MAX_STACK-sized buffer (one kernel per variant).
+K <= GATHER_MAX). xe (and the gather's zero row and border copies) are
+arena scratch planned for the node (codegen.Emitter.scratch_buf), not stack.
 
 Channels whose output is constant over every input (dead channels with a
 huge bias) get zero weights and a row that yields that constant, so they
@@ -46,11 +47,13 @@ do not force the slower "mid" requantization on the whole layer.
 
 Handled: the cases dsp.emit_qconv handles (fixed requantization, NHWC,
 int8 in and out, one group, dilation 1) with 4 * K bytes of xe within
-dsp.MAX_STACK; else (or when the preconditions fail) qconv_dsp runs.
+MAX_XE; else (or when the preconditions fail) qconv_dsp runs.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from ..planner import windows
 
 from ..ops.qgemm import int32_array, offset_weights
 
@@ -58,6 +61,11 @@ FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt"
           "xzp", "yzp", "lo", "hi")
 A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
+
+
+# Most bytes of the split activations of two pixels (arena scratch; the
+# portable kernel, 5x slower, is the alternative, so no room is asked for).
+MAX_XE = 4096
 
 
 def requant_fast2(acc, mult, e, zp) -> np.ndarray:
@@ -227,8 +235,8 @@ def emit(node, x, w, outs, k, p) -> bool:
         if k4 > GATHER_MAX:
             return False
         plan = gather_plan(kh, kw * c, kk)
-    xe = dsp.MAX_STACK                        # bytes of 2 pixels x K halfwords; one size: one kernel (flash)
-    if 4 * k4 > xe:
+    xe = 4 * k4                               # bytes of 2 pixels x K halfwords (arena scratch)
+    if xe > MAX_XE:
         return False
     wq = offset_weights(np.asarray(w.data).reshape(m, c, kh, kw), p.w_zp, 0)
     if wq.dtype != np.int8:
@@ -259,12 +267,17 @@ def emit(node, x, w, outs, k, p) -> bool:
     k.kernel("intrin_conv_dsp")
     # pointwise without padding: every pixel's C inputs are one run inside x
     pw = plan is None and kh == kw == 1 and pt == pl == 0 and (oh - 1) * sh < h and (ow - 1) * sw < wd
-    name = f"{mode}{'s' * sat}" + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw else "")
-    fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "xe": xe // 4, "fields": FIELDS,
+    rev = k.variant() == "rev"
+    name = f"{mode}{'s' * sat}" + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw else "") + ("_rev" if rev else "")
+    fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS,
                                  "plan": plan, "kh": kh, "ll": kw * c,
-                                 "rw": 3 if mode == "fast" else 2, "pw": pw})
+                                 "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev})
     wsym = k.const(pack_weights(wpad, pairs), f"{w.name}_dsp2")
     rsym = k.const(records(pairs, folded, m, mode, mult, second).astype(np.int32), f"{node.name}_pairs")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym});")
+    bufs = k.scratch_buf(xe, "int32_t")
+    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
+    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
+                                      what="qconv2_dsp: pixel pairs from the last down"), "rev")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {bufs});")
     return True

@@ -69,10 +69,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..planner import windows
 
-BUF_WORDS = 1024          # int32 words of the 4 stack planes (4 KB, dsp.MAX_STACK)
+
+BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
+PLANE_STEP = 4           # plane sizes (words) rounded up to this: few kernel variants (flash)
 NP = 2                    # outputs per pass
 KPS = (5, 4)              # pair-rows per buffer column, by preference
+KPS_INPLACE = (3, 4, 5)   # written over its input: the planes live beside the whole tensor, smallest first
 FIELDS = ("nb", "rows", "c", "nl_all", "ow", "pt", "lf", "nc", "rf", "rin", "cin", "rout", "cout", "bin",
           "bout", "lb", "xzp", "lo", "hi", "n1")
 
@@ -294,8 +298,10 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         return False
     lo, hi = max(int(p.rq.lo), -128), min(int(p.rq.hi), 127)
     corr = lo < yzp
-    # orientation: lines along the shorter output dimension
-    trans = ow < oh
+    # orientation: lines along the shorter output dimension; along rows when the
+    # output may be written over the input (row bands keep the writes behind
+    # the reads: planner/windows.bands)
+    trans = ow < oh and not (k.input_dies(x) and ow >= NP)
     cl_in, cl_out = (wd * c, c), (ow * c, c)            # byte strides of (row, column)
     if trans:
         h, wd, oh, ow, kh, kw, sh, sw, pt, pl = wd, h, ow, oh, kw, kh, sw, sh, pl, pt
@@ -305,7 +311,9 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         return False
     wcols = (ow - 1) * sw + kw
     band = None
-    for kp in KPS:
+    # written over its input: the planes are arena scratch live next to the
+    # whole tensor, so the smaller bands come first (KWS: 336 B instead of 576)
+    for kp in KPS_INPLACE if k.input_dies(x) else KPS:
         if wcols * kp * 4 <= BUF_WORDS:
             band = _band(kh, sh, kp, oh)
             if band:
@@ -313,6 +321,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     if not band:
         return False
     lb, nk_extra = band
+    plane = -(-wcols * kp // PLANE_STEP) * PLANE_STEP
     lf = min(pl, wcols)
     nc = max(0, min(wd, wcols - pl))
     rf = wcols - lf - nc
@@ -325,9 +334,9 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     k.kernel("intrin_dsp")
     k.kernel("intrin_dw_dsp")
     rq = "s" if lo == -128 and hi == 127 else "c"
-    name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}"
+    name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp,
-                               "np": NP, "nk_extra": nk_extra, "plane": BUF_WORDS // 4, "bufw": BUF_WORDS,
+                               "np": NP, "nk_extra": nk_extra, "plane": plane,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew,
                                                g=(kh + ph + 1) // 2, cols=pass_code(kh, kw, sw, kp, ph, mcs))
@@ -340,5 +349,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     rec = record(fold, mq, e)
     rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym});")
+    k.order(0, lambda: windows.bands(geo.n, h, wd, oh, ow, c, lb, sh, pt, kh, nk_extra, cl_in[0], cl_in[1],
+                                     cl_out[0], cl_out[1], what=f"qdw2_dsp: bands of {lb} lines"
+                                     + (" (columns)" if trans else "")))
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {k.scratch_buf(16 * plane, 'int32_t')});")
     return True

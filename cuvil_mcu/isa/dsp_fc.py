@@ -156,8 +156,8 @@ def emit(op, node, ins, outs, k, prm) -> bool:
     npass, rem = divmod(npair, np_)
     kf, kt = divmod(kk, 4)
     ng2 = -(-kk // 8)
-    buf = dsp.MAX_STACK // 4                     # int32 words; one size: one kernel variant (flash)
-    direct = npass + rem == 1 or kk < 8 or 4 * ng2 > buf
+    buf = 4 * ng2                                # int32 words of split activations (arena scratch)
+    direct = npass + rem == 1 or kk < 8 or buf > dsp.MAX_STACK // 4 or 4 * buf > k.scratch_room()
     groups = kf + (kt > 0) if direct else 2 * ng2
     slots, ckn = plan_pairs(b, c), 0
     if slots is None:
@@ -182,9 +182,9 @@ def emit(op, node, ins, outs, k, prm) -> bool:
     k.kernel("requant_fixed")
     k.kernel("intrin_dsp")
     k.kernel("intrin_fc_dsp")
-    name = f"{mode}{'s' * sat}_" + ("d" if direct else f"b{buf}") + (f"p{np_}" if np_ != NP else "") \
+    name = f"{mode}{'s' * sat}_" + ("d" if direct else "b") + (f"p{np_}" if np_ != NP else "") \
         + ("_ck" if ckn else "") + ("_pt" if pt else "")
-    fn = k.kernel("qfc2_dsp", {"name": name, "rq": mode, "sat": sat, "direct": direct, "buf": buf, "np": np_,
+    fn = k.kernel("qfc2_dsp", {"name": name, "rq": mode, "sat": sat, "direct": direct, "np": np_,
                                "chunk": bool(ckn), "pt": pt, "fields": FIELDS})
     _drop_unused(k, b_sym)
     _drop_unused(k, c_sym)
@@ -197,5 +197,6 @@ def emit(op, node, ins, outs, k, prm) -> bool:
         ssym = k.const(np.ascontiguousarray(second), f"{node.name}_{'shift' if mode == 'fixed' else 'e'}")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qfc2_dsp_geo")
     swsym = k.const(np.array(swaps, np.int32), f"{node.name}_swaps") if swaps else gsym
-    k.line(f"{fn}({prm['y']}, {prm['a']}, {wsym}, {csym}, {gsym}, {msym}, {ssym}, {swsym});")
+    xb = "" if direct else f", {k.scratch_buf(4 * buf, 'int32_t')}"
+    k.line(f"{fn}({prm['y']}, {prm['a']}, {wsym}, {csym}, {gsym}, {msym}, {ssym}, {swsym}{xb});")
     return True

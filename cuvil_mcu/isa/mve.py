@@ -66,6 +66,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..planner import windows
+
 from ..ops.qgemm import check_acc, check_index, int32_array, offset_range, offset_weights
 
 MAX_WINDOW = 2048   # bytes of one im2col window (the stack buffer holds two)
@@ -144,16 +146,24 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
                 sxb=sx[0], sxh=sx[1], sxw=sx[2], xzp=p.x_zp, yzp=p.rq.zp, lo=lo, hi=hi,
                 lsh=int(np.any(np.asarray(p.rq.shift) > 0)), rneg=int(np.all(np.asarray(p.rq.shift) < 0)))
     _emit_qdot(k, node, vals, k.ptr(outs[0]), k.ptr(x), k.const(_interleave(wk), f"{w.name}_mve"),
-               k.const(b, f"{node.name}_bias"), p.rq)
+               k.const(b, f"{node.name}_bias"), p.rq, rev=k.variant() == "rev")
+    # pixel pairs (either way); a direct kernel reads x again for each block of
+    # 4 channels (the plain C of other targets: pixel after pixel), an im2col
+    # one copies both windows first
+    for rev in (False, True):
+        k.order(0, lambda rev=rev: windows.raster(
+            geo, False, group=2, cblock=4 if direct else 0, reverse=rev, seq=direct,
+            what=f"qdot_mve: pixel pairs{', 4 channels per read' if direct else ''}{' from the last down' if rev else ''}"),
+            "rev" if rev else None)
     return True
 
 
-# Bytes of the padded-row ring of the depthwise kernel (a stack buffer);
-# a wider layer is done in strips of output columns.
+# Most bytes of the padded-row ring of the depthwise kernels (arena
+# scratch); a wider layer is done in strips of output columns.
 DW_RING_BYTES = 4096
 
 
-def _dw_strip(geo, nr: int, pairs: bool):
+def _dw_strip(geo, nr: int, pairs: bool, limit: int = DW_RING_BYTES):
     """(strip width in output columns, padded columns per strip) with the
     ring (nr rows of [C/8][columns][8]) within DW_RING_BYTES, or None.
     pairs: an odd strip's last pixel is computed as a pair (one more column
@@ -164,12 +174,12 @@ def _dw_strip(geo, nr: int, pairs: bool):
 
     def cols(s):
         return (s + (s % 2 if pairs else 0) - 1) * sw + (kw - 1) * dw + 1
-    if nr * cols(ow) * cp <= DW_RING_BYTES:
+    if nr * cols(ow) * cp <= limit:
         return ow, cols(ow)
     for s in range(ow - 1 - (ow - 1) % 2, 0, -2):   # even strips: every pass a pair
-        if nr * cols(s) * cp <= DW_RING_BYTES:
+        if nr * cols(s) * cp <= limit:
             return s, cols(s)
-    return (1, cols(1)) if nr * cols(1) * cp <= DW_RING_BYTES else None
+    return (1, cols(1)) if nr * cols(1) * cp <= limit else None
 
 
 def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
@@ -228,9 +238,12 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     fn = k.kernel("qdwdot_mve", {"name": "s8_" + "_".join(f"{f}{flags[f]}" for f in sorted(flags)), **flags})
     wpad = np.zeros((c4, kh * kw), np.int8)
     wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
-    k.line(f"{{ int8_t rb[{ring(st)}]; {fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wpad, f'{wname}_ck')}, "
-           f"{k.const(q, f'{node.name}_dwq')}, rb, {k.const(g.astype(np.int32), 'dw_geo')}, "
-           f"{k.const(offs.reshape(-1), 'dw_lanes')}); }}")
+    if st == ow:   # one strip: output rows in order (the ring filled first); the plain C of other
+        # targets runs pixel by pixel, channel by channel from x: that order covers both
+        k.order(0, lambda: windows.raster(geo, True, group=1, cblock=1, what="qdwdot_mve: pixels"))
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wpad, f'{wname}_ck')}, "
+           f"{k.const(q, f'{node.name}_dwq')}, {k.scratch_buf(ring(st))}, {k.const(g.astype(np.int32), 'dw_geo')}, "
+           f"{k.const(offs.reshape(-1), 'dw_lanes')});")
     return True
 
 
@@ -281,8 +294,10 @@ def _emit_depthwise(node, k, geo, p, wq, bias, folded, x, y, wname) -> bool:
     wpad = np.zeros((cp, kh * kw), np.int8)
     wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
     wk = np.ascontiguousarray(wpad.reshape(cp // 8, 8, kh * kw).transpose(0, 2, 1))   # [C/8][kh][kw][8]
-    k.line(f"{{ int8_t rb[{nr * pws * cp}]; {fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wk, f'{wname}_hwc')}, "
-           f"{k.const(q, f'{node.name}_dwq')}, rb, {k.const(g.astype(np.int32), 'dw_geo')}); }}")
+    if st == ow:   # one strip: as qdwdot_mve (rows through the ring; plain C pixel by pixel)
+        k.order(0, lambda: windows.raster(geo, True, group=1, cblock=1, what="qdwconv_mve: pixels"))
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wk, f'{wname}_hwc')}, "
+           f"{k.const(q, f'{node.name}_dwq')}, {k.scratch_buf(nr * pws * cp)}, {k.const(g.astype(np.int32), 'dw_geo')});")
     return True
 
 
@@ -327,15 +342,16 @@ def _variant_name(kind: str, vals: dict) -> str:
     return f"{kind}_{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
-def _emit_qdot(k, node, vals: dict, y: str, x: str, w: str, bias: str, rq) -> None:
+def _emit_qdot(k, node, vals: dict, y: str, x: str, w: str, bias: str, rq, rev: bool = False) -> None:
     check_index(node, np.array(list(vals.values()), np.int64))
     _helpers(k, copy=not vals["direct"])
-    fn = k.kernel("qdot_mve", {"name": _variant_name("s8_fixed", vals), **vals})
+    name = _variant_name("s8_fixed", {**vals, "rev": 1} if rev else vals)
+    fn = k.kernel("qdot_mve", {"name": name, **vals, "rev": int(rev)})
     call = f"{fn}({y}, {x}, {w}, {bias}, {_requant_arrays(k, rq, node.name, _pad4)}, "
     if vals["direct"]:
         k.line(call + "(int8_t *)0);")
     else:
-        k.line(f"{{ int8_t col[{2 * vals['kk16']}]; {call}col); }}")
+        k.line(f"{call}{k.scratch_buf(2 * vals['kk16'])});")
 
 
 def emit_qgemm(op, node, ins, outs, k, params) -> bool:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..planner import windows
+
 from ..ops.qconv import QCONV_FIELDS, conv_plan  # the conv kernels' geo head: the same order as the portable ones
 from ..ops.qgemm import CODES, CTYPES, QGEMM_FIELDS, check_index, offset_weights
 
@@ -80,6 +82,10 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
     bsym = k.const(b2, f"{node.name}_bias")
     g = k.const(geo_arr.astype(np.int32), "qconv_geo")
+    # per pixel, blocks of 4 (conv) / 8 (depthwise) channels: one channel at a
+    # time is the conservative model of both
+    if outs[0].dtype in ("int8", "uint8"):   # (the order models count one-byte elements)
+        k.order(op.X, lambda: windows.raster(geo, depthwise, group=1, cblock=1, what=f"{template}: pixels"))
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
     return True
 

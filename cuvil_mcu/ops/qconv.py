@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import isa
+from ..planner import windows
 from .base import Op, register, shape_error, unsupported
 from .conv import ConvGeometry, _border_tables, conv_geometry, conv_nchw
 from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
@@ -191,16 +192,25 @@ class _QConvBase(Op):
             unused += ["sxc", "syc"]
         if p.rq.mode == "none":
             unused += ["yzp", "lo", "hi"]
+        rev = not depthwise and k.variant() == "rev"
         name = (f"{CODES[x.dtype]}{CODES[wk.dtype.name]}{CODES[outs[0].dtype]}_{p.rq.mode}"
-                + ("_nhwc" if p.cl else "_nchw"))
+                + ("_nhwc" if p.cl else "_nchw") + ("_rev" if rev else ""))
         if p.rq.mode != "none":
             k.kernel(f"requant_{p.rq.mode}")
         fn = k.kernel(template, {"name": name, "xt": CTYPES[x.dtype], "wt": CTYPES[wk.dtype.name],
                                  "yt": CTYPES[outs[0].dtype], "rq": p.rq.mode, "cl": bool(p.cl),
-                                 "fields": QCONV_FIELDS, "unused": unused})
+                                 "fields": QCONV_FIELDS, "unused": unused, "rev": rev})
         wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
         bsym = k.const(b2, f"{node.name}_bias")
         g = k.const(geo_arr.astype(np.int32), "qconv_geo")
+        # per pixel in raster order, each output channel written after its window is
+        # read (the order models count bytes: one-byte elements in and out only)
+        if p.cl and x.dtype in INT8_TYPES and outs[0].dtype in INT8_TYPES:
+            k.order(self.X, lambda: windows.raster(p.geo, depthwise, group=1, cblock=1,
+                                                   what=f"{template}: pixels, channels one by one"))
+            if not depthwise:   # the general kernel also runs from the last pixel down
+                k.order(self.X, lambda: windows.raster(p.geo, False, group=1, cblock=1, reverse=True,
+                                                       what=f"{template}: pixels from the last down"), "rev")
         k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
 
 

@@ -32,6 +32,12 @@ class Buffer:
     last: int            # last step it is live
     align: int = ALIGN
     members: list[str] = field(default_factory=list)   # tensors stored here
+    # tensors overlapping by offset windows: (rel, size, first, last) per tensor
+    pieces: tuple = ()
+    rel: dict[str, int] = field(default_factory=dict)  # tensor -> offset in the buffer (0 if absent)
+
+    def record(self) -> tuple:
+        return (self.size, self.first, self.last, self.pieces) if self.pieces else (self.size, self.first, self.last)
 
 
 @dataclass
@@ -47,6 +53,11 @@ class Plan:
     tried: dict[str, int] = field(default_factory=dict)  # algorithm -> arena size
     tensor_life: dict[str, tuple[int, int]] = field(default_factory=dict)  # tensor -> (first, last) step
     tensor_bytes: dict[str, int] = field(default_factory=dict)
+    # outputs written over an input within its offset window (planner/windows.py):
+    # node, input, output, delta (output offset - input offset), the kernel order's model
+    aliases: list[dict] = field(default_factory=list)
+    no_alias_bound: int | None = None   # the lower bound when no output may overlap its input
+    variants: dict[str, str] = field(default_factory=dict)   # node -> kernel loop variant its alias needs
 
     def to_json(self) -> str:
         return json.dumps({
@@ -55,6 +66,10 @@ class Plan:
             "lower_bound": self.lower_bound,
             "alignment": ALIGN,
             "algorithms_tried": self.tried,
+            "lower_bound_without_windows": self.no_alias_bound,
+            "aliases": self.aliases,
+            "scratch": [{"node": n, "offset": self.scratch_offset[n], "bytes": self.scratch_size[n]}
+                        for n in sorted(self.scratch_offset, key=lambda n: (self.scratch_offset[n], n))],
             "buffers": [
                 {"name": b.name, "offset": self.offsets[b.name], "size": b.size,
                  "first": b.first, "last": b.last, "tensors": b.members}
@@ -92,15 +107,24 @@ class Plan:
         return "\n".join(rows) + "\n"
 
 
-def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
+def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None = None,
+            preserve_inputs: bool = False, aliases: list | None = None
+            ) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
     """Analysis: the buffers of graph g, the buffer each run-time tensor lives
-    in, and each node's scratch bytes."""
+    in, and each node's scratch bytes (op.scratch plus `scratch`, node name
+    -> bytes the chosen kernels take from the arena). `orders`: node name ->
+    {input index: windows.Order or a callable giving one}: the output may be
+    written over that input within the window the order allows (see
+    windows.py); each alias taken is appended to `aliases`. Tensors of one
+    buffer then sit at offsets `Buffer.rel` from its start."""
     n_steps = len(g.nodes)
     end = n_steps  # graph outputs stay live after the last node
     root: dict[str, str] = {}
+    rel: dict[str, int] = {}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     outputs = set(g.outputs)
+    life = lifetimes(g)
 
     def live(r: str, step: int) -> None:
         first[r] = min(first.get(r, step), step)
@@ -120,7 +144,7 @@ def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
             root[name] = name
             live(name, -1)
 
-    scratch: dict[str, int] = {}
+    scratch_of: dict[str, int] = {}
     # a streaming state output takes its state input's buffer (g.state)
     alias = {out: inp for inp, out, _ in getattr(g, "state", [])}
     for i, n in enumerate(g.nodes):
@@ -130,20 +154,31 @@ def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
         for t in n.inputs:
             if t and t in root:
                 live(root[t], i)
-        s = op.scratch(n, ins, outs)
+        s = op.scratch(n, ins, outs) + (scratch or {}).get(n.name, 0)
         if s:
-            scratch[n.name] = s
+            scratch_of[n.name] = s
         for j, o in enumerate(n.outputs):
             if not o:
                 continue
-            r = None
+            r, at = None, 0
             if o in alias:
-                r = root[alias[o]]
+                r, at = root[alias[o]], rel.get(alias[o], 0)
             elif j == 0 and op.view and ins and ins[0] is not None and not ins[0].is_const:
-                r = root[ins[0].name]
+                r, at = root[ins[0].name], rel.get(ins[0].name, 0)
             elif j == 0 and op.can_inplace(n):
-                r = _inplace_root(g, n, i, root, last_read, outputs)
+                t = _inplace_input(g, n, i, root, last_read, outputs)
+                if t is not None:
+                    r, at = root[t], rel.get(t, 0)
+            if r is None and j == 0 and orders and n.name in orders:
+                found = _window_alias(g, n, i, orders[n.name], root, rel, life, outputs, preserve_inputs)
+                if found is not None:
+                    t, delta, variant, what, params = found
+                    r, at = root[t], rel.get(t, 0) + delta
+                    if aliases is not None:
+                        aliases.append({"node": n.name, "input": t, "output": o, "delta": delta,
+                                        "variant": variant, "order": what, "model": params})
             root[o] = r if r is not None else o
+            rel[o] = at
             live(root[o], i)
     for name in g.outputs:
         live(root[name], end)
@@ -155,12 +190,64 @@ def buffers(g: Graph) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
     members: dict[str, list[str]] = {}
     for t, r in root.items():
         members.setdefault(r, []).append(t)
-    bufs = [Buffer(r, _align(max(g.tensors[t].nbytes for t in ms)), first[r], last[r], ALIGN, sorted(ms))
-            for r, ms in members.items()]
+    bufs = []
+    for r, ms in members.items():
+        base = min(rel.get(t, 0) for t in ms)
+        for t in ms:
+            rel[t] = rel.get(t, 0) - base
+        if all(rel[t] == 0 for t in ms):
+            bufs.append(Buffer(r, _align(max(g.tensors[t].nbytes for t in ms)), first[r], last[r], ALIGN, sorted(ms)))
+            continue
+        pcs = tuple(sorted((rel[t], _align(g.tensors[t].nbytes), max(life[t][0], first[r]), life[t][1])
+                           for t in ms))
+        size = max(a + n for a, n, _, _ in pcs)
+        bufs.append(Buffer(r, _align(size), first[r], last[r], ALIGN, sorted(ms), pcs,
+                           {t: rel[t] for t in ms}))
     step_of = {n.name: i for i, n in enumerate(g.nodes)}
-    for node, size in scratch.items():
+    for node, size in scratch_of.items():
         bufs.append(Buffer(f"scratch:{node}", _align(size), step_of[node], step_of[node]))
-    return bufs, root, scratch
+    return bufs, root, scratch_of
+
+
+def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
+    """(input, delta, variant) when output 0 of node n (step i) can be
+    written over one of its inputs: the input dies here, no other tensor of
+    its buffer that is still needed shares the bytes the output would take,
+    and the kernel's order (one per loop variant) gives a window
+    (windows.best_delta). Of several, the one whose buffer stays smallest."""
+    from .windows import best_delta
+    out = g.tensors[n.outputs[0]]
+    best = None
+    for k, (idx, variant, order) in enumerate(orders):
+        if idx >= len(n.inputs) or not n.inputs[idx]:
+            continue
+        t = n.inputs[idx]
+        src = g.tensors[t]
+        if src.is_const or t not in root or n.inputs.count(t) != 1 or not out.nbytes or not src.nbytes:
+            continue
+        r = root[t]
+        group = [m for m, rr in root.items() if rr == r]
+        same = [m for m in group if rel.get(m, 0) == rel.get(t, 0) and g.tensors[m].nbytes == src.nbytes]
+        if any(life[m][1] > i or m in outputs for m in same):
+            continue       # t (or a view of it) is read later or must survive the run
+        if any(m in g.inputs for m in same) and preserve_inputs:
+            continue
+        if callable(order):
+            order = order()
+            orders[k] = (idx, variant, order)
+        at = rel.get(t, 0)
+        ext = (min(rel.get(m, 0) for m in group), max(rel.get(m, 0) + g.tensors[m].nbytes for m in group))
+        blocked = [(rel.get(m, 0), rel.get(m, 0) + g.tensors[m].nbytes) for m in group
+                   if m not in same and life[m][1] >= i]
+        delta = best_delta(order, ALIGN, at, ext, blocked)
+        if delta is None:
+            continue
+        lo = at + delta
+        hi = lo + out.nbytes
+        span = max(ext[1], hi) - min(ext[0], lo)
+        if best is None or (span, -abs(delta)) < best[0]:   # as windows.best_delta: room for the next layer
+            best = ((span, -abs(delta)), t, delta, variant, getattr(order, "what", ""), getattr(order, "params", None))
+    return None if best is None else best[1:]
 
 
 def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
@@ -185,10 +272,10 @@ def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
     return {t: (a, b) for t, (a, b) in life.items()}
 
 
-def _inplace_root(g, n, i, root, last_read, outputs) -> str | None:
-    """The buffer output 0 of node n may reuse: an input of the same size and
-    dtype whose buffer nobody reads after step i, that is not a graph input
-    (the caller may reuse its input) nor a graph output."""
+def _inplace_input(g, n, i, root, last_read, outputs) -> str | None:
+    """The input whose bytes output 0 of node n may reuse: same size and
+    dtype, its buffer read by nobody after step i, not a graph input (the
+    caller may reuse its input) nor a graph output."""
     out = g.tensors[n.outputs[0]]
     for t in n.inputs:
         if not t or t not in root:
@@ -201,13 +288,18 @@ def _inplace_root(g, n, i, root, last_read, outputs) -> str | None:
         if r in g.inputs or any(m in outputs for m in group):
             continue
         if all(last_read.get(m, -1) <= i for m in group) and n.inputs.count(t) == 1:
-            return r
+            return t
     return None
 
 
-def plan(g: Graph, algorithm: str = "auto") -> Plan:
-    bufs, root, scratch = buffers(g)
-    records = [(b.size, b.first, b.last) for b in bufs]
+def plan(g: Graph, algorithm: str = "auto", scratch: dict[str, int] | None = None, orders: dict | None = None,
+         preserve_inputs: bool = False) -> Plan:
+    """Offsets for every run-time tensor and kernel scratch. scratch / orders:
+    see `buffers` (what the kernels chosen for each node need and allow)."""
+    aliases: list[dict] = []
+    extra = scratch
+    bufs, root, scratch = buffers(g, extra, orders, preserve_inputs, aliases)
+    records = [b.record() for b in bufs]
     if algorithm == "auto":
         tried = {name: fn(records) for name, fn in ALGORITHMS.items()}
         sizes = {name: _extent(records, offs) for name, offs in tried.items()}
@@ -219,23 +311,45 @@ def plan(g: Graph, algorithm: str = "auto") -> Plan:
         offsets_list, chosen = ALGORITHMS[algorithm](records), algorithm
         sizes = {algorithm: _extent(records, offsets_list)}
     offsets = {b.name: off for b, off in zip(bufs, offsets_list)}
+    rel = {t: off for b in bufs for t, off in b.rel.items()}
+    if aliases:
+        # the bound without windows: every tensor apart from the one it is written over
+        plain, _, _ = buffers(g, extra)
+        no_alias = lower_bound([b.record() for b in plain])
+    else:
+        no_alias = None
     return Plan(
         algorithm=chosen,
         arena_size=_extent(records, offsets_list),
         lower_bound=lower_bound(records),
         buffers=bufs,
         offsets=offsets,
-        tensor_offset={t: offsets[r] for t, r in root.items()},
+        tensor_offset={t: offsets[r] + rel.get(t, 0) for t, r in root.items()},
         scratch_offset={node: offsets[f"scratch:{node}"] for node in scratch},
         scratch_size=scratch,
         tried=sizes,
         tensor_life=lifetimes(g),
         tensor_bytes={t: g.tensors[t].nbytes for t in root},
+        aliases=aliases,
+        no_alias_bound=no_alias,
+        variants={a["node"]: a["variant"] for a in aliases if a["variant"]},
     )
 
 
+def room(g: Graph, p: Plan) -> dict[str, int]:
+    """Per node: arena bytes free at its step (arena minus the bytes live
+    there, its own scratch not counted): scratch a kernel may take there
+    without (fragmentation aside) growing the arena."""
+    from .algorithms import live_extent
+    out = {}
+    for i, n in enumerate(g.nodes):
+        used = sum(live_extent(b.record(), i) for b in p.buffers if b.name != f"scratch:{n.name}")
+        out[n.name] = max(0, p.arena_size - used)
+    return out
+
+
 def _extent(records, offsets) -> int:
-    return max((off + size for (size, _, _), off in zip(records, offsets)), default=0)
+    return max((off + r[0] for r, off in zip(records, offsets)), default=0)
 
 
-__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lifetimes", "lower_bound", "overlaps", "plan"]
+__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lifetimes", "lower_bound", "overlaps", "plan", "room"]

@@ -5,35 +5,60 @@ one at a time at the lowest offset that does not collide with an already
 placed buffer whose lifetime overlaps ("first fit"); they differ in the order
 they place buffers in. Sizes are already rounded to the alignment, so every
 offset stays aligned.
+
+A record may carry a fourth item, its pieces: (rel, size, first, last) per
+tensor of a buffer whose tensors overlap by offset windows (an output
+written over its input, planner/windows.py). Such a buffer is placed as a
+unit, but only its pieces live at a step occupy bytes at that step.
 """
 from __future__ import annotations
 
 import random
 
-Record = tuple[int, int, int]  # size, first step, last step (inclusive)
+Record = tuple  # (size, first step, last step (inclusive)[, pieces])
 
 
 def overlaps(a: Record, b: Record) -> bool:
     return a[1] <= b[2] and b[1] <= a[2]
 
 
+def pieces(r: Record) -> list[tuple[int, int, int, int]]:
+    return list(r[3]) if len(r) > 3 and r[3] else [(0, r[0], r[1], r[2])]
+
+
+def live_extent(r: Record, s: int) -> int:
+    """Bytes of record r occupied at step s (the span of its live pieces)."""
+    live = [(a, a + n) for a, n, f, l in pieces(r) if f <= s <= l and n]
+    return max(h for _, h in live) - min(lo for lo, _ in live) if live else 0
+
+
 def lower_bound(records: list[Record]) -> int:
     """Max over steps of the bytes that must be live at once: no plan can do
-    better (without splitting buffers)."""
+    better (without splitting buffers or moving tensors)."""
     if not records:
         return 0
-    steps = sorted({r[1] for r in records} | {r[2] for r in records})
-    return max(sum(r[0] for r in records if r[1] <= s <= r[2]) for s in steps)
+    steps = sorted({p[2] for r in records for p in pieces(r)} | {p[3] for r in records for p in pieces(r)})
+    return max(sum(live_extent(r, s) for r in records) for s in steps)
 
 
 def _first_fit(records: list[Record], order: list[int]) -> list[int]:
     offsets = [0] * len(records)
     placed: list[int] = []
+    plain = all(len(r) < 4 or not r[3] for r in records)
     for i in order:
         size = records[i][0]
         if size == 0:
             continue
-        busy = sorted((offsets[j], offsets[j] + records[j][0]) for j in placed if overlaps(records[i], records[j]))
+        if plain:
+            busy = sorted((offsets[j], offsets[j] + records[j][0]) for j in placed
+                          if overlaps(records[i], records[j]))
+        else:
+            # base offsets at which a piece of i would meet a placed piece live at the same time
+            busy = sorted((offsets[j] + pa - qa - qn + 1, offsets[j] + pa + pn - qa)
+                          for j in placed if overlaps(records[i], records[j])
+                          for pa, pn, pf, pl in pieces(records[j]) if pn
+                          for qa, qn, qf, ql in pieces(records[i]) if qn and pf <= ql and qf <= pl)
+            busy = [(lo + size - 1, hi) for lo, hi in busy]   # as [lo, hi) ranges of [off, off + size)
         off = 0
         for lo, hi in busy:
             if off + size <= lo:

@@ -319,6 +319,12 @@ def parse_output(text: str, out_specs, samples: int) -> tuple[list[np.ndarray], 
     return outs, [ticks[s] for s in range(samples)]
 
 
+# Stack the bare-metal harness itself takes (main, printing, start-up): 296-320 B
+# measured with a model without kernels; the model's own use (run function and
+# kernels) must stay within the header's STACK_BOUND on top of this.
+HARNESS_STACK = 384
+
+
 def simulate(compiled, inputs, board: Board | str | None = None, timeout: float = DEFAULT_TIMEOUT,
              opt: str = firmware.OPT, extra_cflags: list[str] | tuple = (), check_budget: bool = True) -> SimResult:
     """Build the firmware for `compiled` with `inputs` (per model input,
@@ -350,6 +356,10 @@ def simulate(compiled, inputs, board: Board | str | None = None, timeout: float 
     if check_budget and stack is not None and b.stack_reserve and stack > b.stack_reserve - STACK_GUARD:
         raise BudgetError(f"firmware does not fit board '{b.id}': the stack ran through its whole reserve of "
                           f"{b.stack_reserve:,} B (stack_reserve in the board file); outputs cannot be trusted")
+    bound = getattr(compiled, "stack_bound", 0)   # (stated for the boards' default build, -O2)
+    if check_budget and stack is not None and bound and opt == firmware.OPT and stack > HARNESS_STACK + bound:
+        raise BudgetError(f"the model used {stack - HARNESS_STACK:,} B of stack beyond the harness's "
+                          f"{HARNESS_STACK:,} B, over the header's <NAME>_STACK_BOUND of {bound:,} B")
     return SimResult(board=b, outputs=outs, ticks=ticks, insn_per_tick=float(machine.sim["insn_per_tick"]),
                      text=sizes["text"], data=sizes["data"], bss=sizes["bss"], samples_bytes=sizes["samples"],
                      elf=elf, log=text, seconds=secs, macs=compiled.macs, weights_bytes=compiled.weights_bytes,

@@ -14,14 +14,16 @@
        const float *out = (const float *)model_output(arena, 0);
 
    Inputs and outputs live inside the arena (zero-copy); model_run_copy()
-   copies them in and out instead. Everything the model needs at run time is
+   copies them in and out instead. model_run may overwrite the inputs (layers
+   write their outputs over what they consume): write them again before each
+   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
    the arena: 480 bytes, aligned to 16.
 
    Inputs:
      0: "x" float32 [1, 3, 4, 5]  (60 elements, 240 bytes)
    Outputs:
      0: "y" float32 [1, 60]  (60 elements, 240 bytes)
-   Memory: arena 480 B (planner: greedy_by_size, lower bound 480 B); constants 612 B.
+   Memory: arena 480 B (planner: greedy_by_size, lower bound 480 B) + kernel stack <= 512 B = RAM 992 B; constants 612 B.
    Compute: 0 multiply-accumulates per inference.
 
    Hooks (define before including): MODEL_STATIC (make the API static),
@@ -37,6 +39,10 @@
 
 #define MODEL_ARENA_SIZE  480u
 #define MODEL_ARENA_ALIGN 16u
+/* Stack model_run and its kernels need at most (their buffers are in the
+   arena), and the RAM the model needs in all: arena + that stack. */
+#define MODEL_STACK_BOUND 512u
+#define MODEL_RAM_SIZE    992u
 #define MODEL_NUM_INPUTS  1
 #define MODEL_NUM_OUTPUTS 1
 #define MODEL_INPUT_0_NAME  "x"

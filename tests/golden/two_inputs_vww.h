@@ -14,7 +14,9 @@
        const float *out = (const float *)vww_output(arena, 0);
 
    Inputs and outputs live inside the arena (zero-copy); vww_run_copy()
-   copies them in and out instead. Everything the model needs at run time is
+   copies them in and out instead. vww_run may overwrite the inputs (layers
+   write their outputs over what they consume): write them again before each
+   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
    the arena: 192 bytes, aligned to 16.
 
    Inputs:
@@ -23,7 +25,7 @@
    Outputs:
      0: "y0" float32 [2, 7]  (14 elements, 56 bytes)
      1: "y1" float32 [2, 7]  (14 elements, 56 bytes)
-   Memory: arena 192 B (planner: greedy_by_size, lower bound 192 B); constants 124 B.
+   Memory: arena 192 B (planner: greedy_by_size, lower bound 192 B) + kernel stack <= 512 B = RAM 704 B; constants 124 B.
    Compute: 0 multiply-accumulates per inference.
 
    Hooks (define before including): VWW_STATIC (make the API static),
@@ -39,6 +41,10 @@
 
 #define VWW_ARENA_SIZE  192u
 #define VWW_ARENA_ALIGN 16u
+/* Stack vww_run and its kernels need at most (their buffers are in the
+   arena), and the RAM the model needs in all: arena + that stack. */
+#define VWW_STACK_BOUND 512u
+#define VWW_RAM_SIZE    704u
 #define VWW_NUM_INPUTS  2
 #define VWW_NUM_OUTPUTS 2
 #define VWW_INPUT_0_NAME  "a"

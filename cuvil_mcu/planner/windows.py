@@ -1,0 +1,206 @@
+"""Offset windows: where an op's output may start relative to an input it
+overwrites, derived from the kernel's read/write order.
+
+A kernel's order for one (input, output) pair is an `Order`: the step at
+which each output byte is written and the last step at which each input
+byte is read (-1: never read), in one step numbering where, within a step,
+every read comes before every write. Placing the output at `delta` bytes
+from the input's start is safe when no input byte is written (through the
+output) before its last read:
+
+    for every output byte a with 0 <= a + delta < in_size:
+        write_step[a] >= last_read[a + delta]
+
+The models below describe the kernels' loops (they are the kernels'
+contract: a kernel that declares one must never read a byte later, nor
+write one earlier, than its model says). `best_delta` picks the safe delta
+with the smallest combined extent. tests/test_planner.py replays every
+kernel's order on the plan byte by byte (an independent check of this
+module and of the planner).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Order:
+    write_step: np.ndarray    # int64 [output bytes]
+    last_read: np.ndarray     # int64 [input bytes]; -1: never read
+    what: str = ""            # for --plan-out: the kernel and its order
+    params: dict | None = None   # the model and its parameters (--plan-out; the tests replay them)
+
+    def safe(self, delta: int) -> bool:
+        n_out, n_in = self.write_step.size, self.last_read.size
+        a0, a1 = max(0, -delta), min(n_out, n_in - delta)
+        if a0 >= a1:
+            return True
+        return bool(np.all(self.write_step[a0:a1] >= self.last_read[a0 + delta:a1 + delta]))
+
+    def sufficient_delta(self) -> int:
+        """The largest delta that keeps every write below every byte still to
+        be read (a sufficient condition, cheap: suffix minima over steps)."""
+        lr = self.last_read
+        if not lr.size or lr.max() < 0 or not self.write_step.size:
+            return self.last_read.size
+        steps = int(max(lr.max(), self.write_step.max())) + 2
+        first_at = np.full(steps, lr.size, np.int64)      # smallest byte last read at step s
+        idx = np.arange(lr.size, dtype=np.int64)
+        ok = lr >= 0
+        np.minimum.at(first_at, lr[ok], idx[ok])
+        # min byte read after step s (last read > s): suffix minimum from s + 1
+        suff = np.minimum.accumulate(first_at[::-1])[::-1]
+        after = np.append(suff[1:], lr.size)
+        a = np.arange(self.write_step.size, dtype=np.int64)
+        return int(np.min(after[self.write_step] - a - 1))
+
+
+def best_delta(order: Order, align: int, at: int = 0, extent: tuple[int, int] | None = None,
+               blocked: list[tuple[int, int]] = (), tries: int = 64) -> int | None:
+    """The output's offset from the input's (a multiple of align) that is
+    safe and keeps the buffer smallest: the input sits at `at` in a buffer
+    spanning `extent` (default: the input alone) in which the `blocked`
+    ranges hold other tensors still needed; the result minimises the span
+    with the output added, then moves as far as it may inside it (so the
+    next layer, whose window usually points the other way, has room). None
+    when only a placement without overlap is safe (the planner keeps the
+    buffers apart)."""
+    n_in, n_out = order.last_read.size, order.write_step.size
+    g_lo, g_hi = extent if extent is not None else (at, at + n_in)
+    lo = -(-n_out // align) * align           # beyond these the buffers do not overlap
+    hi = -(-n_in // align) * align
+
+    def span(d):
+        return max(g_hi, at + d + n_out) - min(g_lo, at + d)
+
+    def free(d):
+        return not any(at + d < b1 and b0 < at + d + n_out for b0, b1 in blocked)
+    cands = sorted((d for d in range(-lo + align, hi, align) if free(d)), key=lambda d: (span(d), -abs(d), d))
+    for d in cands[:tries]:
+        if order.safe(d):
+            return d
+    best = None
+    d = (order.sufficient_delta() // align) * align
+    while d > -lo and not (free(d) and order.safe(d)):
+        d -= align
+    if d > -lo:
+        best = d
+    for d in cands[tries:]:          # the rest, in order, until one beats the sufficient one
+        if best is not None and span(d) >= span(best):
+            break
+        if order.safe(d):
+            return d
+    return best
+
+
+# ---------------------------------------------------------------------------
+# Models of the kernels' orders (NHWC int8 tensors, batch 1 or more)
+
+def _last_cover(n_in: int, n_out: int, k: int, s: int, pad: int) -> np.ndarray:
+    """For each input index along one axis, the last output index whose
+    window [o s - pad, o s - pad + k) holds it (-1: none)."""
+    i = np.arange(n_in)
+    o = np.minimum((i + pad) // s, n_out - 1)
+    return np.where((o >= 0) & (o * s - pad + k > i) & (o * s - pad <= i), o, -1)
+
+
+def _first_cover(n_in: int, n_out: int, k: int, s: int, pad: int) -> np.ndarray:
+    """For each input index, the first output index whose window holds it (-1: none)."""
+    i = np.arange(n_in)
+    o = np.maximum(0, -(-(i + pad - k + 1) // s))
+    return np.where((o < n_out) & (o * s - pad <= i) & (o * s - pad + k > i), o, -1)
+
+
+def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = "",
+           reverse: bool = False, seq: bool = False) -> Order:
+    """Output pixels in raster order (batch, row, column), `group` pixels per
+    pass; per pass, output channels in blocks of `cblock` (0: all at once):
+    for each block the pass's inputs are read (a depthwise block reads only
+    its own channels, a general conv the whole window), then the block's
+    outputs of every pixel of the pass are written (seq: each pixel's
+    inputs read and outputs written in turn, pixel after pixel of the pass,
+    for each block). cblock 0 is a kernel that copies the pass's windows
+    before any output is written. reverse: the passes run from the last
+    pixel down."""
+    (h, w), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
+    (dh, dw) = geo.dilations
+    c, m, nb = geo.c, geo.m, geo.n
+    if (dh, dw) != (1, 1):
+        kh, kw = (kh - 1) * dh + 1, (kw - 1) * dw + 1     # conservative: the whole dilated window
+    cb = cblock or m
+    nblk = -(-m // cb)
+    npx = oh * ow
+    gpb = -(-npx // group)                    # passes per batch entry
+    ngroup = nb * gpb
+    pix = np.arange(nb * npx, dtype=np.int64)
+
+    def step(q):   # the pass of pixel q (reverse: the passes run from the last down)
+        s = (q // npx) * gpb + (q % npx) // group
+        return ngroup - 1 - s if reverse else s
+    sub = group if seq else 1
+
+    def within(q):   # the pixel's turn inside its pass and block
+        return q % npx % group if seq else np.zeros_like(q)
+    ws = ((step(pix)[:, None] * nblk + (np.arange(m) // cb)[None, :]) * sub + within(pix)[:, None]).reshape(-1)
+    cover = _first_cover if reverse else _last_cover
+    ry = cover(h, oh, kh, sh, pt)
+    rx = cover(w, ow, kw, sw, pl)
+    last_pix = np.where((ry[:, None] >= 0) & (rx[None, :] >= 0), ry[:, None] * ow + rx[None, :], -1)  # [h][w]
+    last_pix = (last_pix[None] + (np.arange(nb) * npx)[:, None, None]).reshape(nb, h * w)
+    last_pix = np.where(last_pix >= np.arange(nb)[:, None] * npx, last_pix, -1).reshape(-1)
+    if depthwise:
+        mult = m // c
+        blk = (np.arange(c) * mult + mult - 1) // cb          # the last block reading channel ch
+    else:
+        blk = np.full(c, nblk - 1)
+    lp = np.maximum(last_pix, 0)
+    lr = (step(lp)[:, None] * nblk + blk[None, :]) * sub + within(lp)[:, None]
+    lr = np.where(last_pix[:, None] >= 0, lr, -1).reshape(-1)
+    return Order(ws.astype(np.int64), lr.astype(np.int64),
+                 what or f"raster(group={group}, cblock={cblock}{', reverse' if reverse else ''})",
+                 dict(model="raster", depthwise=bool(depthwise), group=group, cblock=cblock, reverse=bool(reverse),
+                      seq=bool(seq)))
+
+
+def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, lb: int, sh: int, pt: int,
+          kh: int, nk_extra: int, rin: int, cin: int, rout: int, cout: int, cgroup: int = 4,
+          what: str = "") -> Order:
+    """Bands of lb output lines; per band, per group of cgroup channels: the
+    band's input rows (nk pairs from row l0 sh - pt) of those channels are
+    read, then its lines of those channels written (isa/dsp_dw.py's kernel:
+    a band of nl lines reads 2 ((nl - 1) sh + kh + nk_extra) // 2 rows).
+    Lines and rows may be image columns (byte strides rin/cin, rout/cout)."""
+    ng = -(-c // cgroup)
+    nband = -(-lines // lb)
+    n_in, n_out = nb * rows * cols_in * c, nb * lines * cols_out * c
+    ws = np.empty(n_out, np.int64)
+    lr = np.full(n_in, -1, np.int64)
+    ch = np.arange(c)
+    for b in range(nb):
+        base = b * nband * ng
+        # output line l -> band l // lb
+        l_idx = np.arange(lines)[:, None, None]
+        x_idx = np.arange(cols_out)[None, :, None]
+        addr = b * lines * cols_out * c + l_idx * rout + x_idx * cout + ch[None, None, :]
+        ws[addr.reshape(-1)] = np.broadcast_to(base + (l_idx // lb) * ng + ch[None, None, :] // cgroup,
+                                         addr.shape).reshape(-1)
+        # input row r: the last band whose rows [l0 sh - pt, l0 sh - pt + 2 nk) hold it
+        r = np.arange(rows)
+        last_band = np.full(rows, -1, np.int64)
+        for bi in range(nband):
+            r0 = bi * lb * sh - pt
+            nl = min(lb, lines - bi * lb)
+            r1 = r0 + 2 * (((nl - 1) * sh + kh + nk_extra) >> 1)
+            last_band[(r >= r0) & (r < r1)] = bi
+        r_idx = r[:, None, None]
+        x_idx = np.arange(cols_in)[None, :, None]
+        addr = b * rows * cols_in * c + r_idx * rin + x_idx * cin + ch[None, None, :]
+        val = np.where(last_band[:, None, None] >= 0,
+                       base + last_band[:, None, None] * ng + ch[None, None, :] // cgroup, -1)
+        lr[addr.reshape(-1)] = np.broadcast_to(val, addr.shape).reshape(-1)
+    return Order(ws, lr, what or f"bands(lb={lb})",
+                 dict(model="bands", rows=rows, cols_in=cols_in, lines=lines, cols_out=cols_out, lb=lb, sh=sh,
+                      pt=pt, kh=kh, nk_extra=nk_extra, rin=rin, cin=cin, rout=rout, cout=cout, cgroup=cgroup))
