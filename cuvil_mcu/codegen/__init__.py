@@ -356,7 +356,8 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
     if weights == "separate":
         return _render_separate(ctx, k)
     text = env().get_template("model.h.j2").render(**ctx)
-    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels), ctx["stack_bound"])
+    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels),
+                    stack_bound=ctx["stack_bound"])
 
 
 def _render_separate(ctx: dict, k: Emitter) -> Rendered:
@@ -375,7 +376,8 @@ def _render_separate(ctx: dict, k: Emitter) -> Rendered:
     # The model file's name is a comment: the same code from a renamed file takes the same blobs.
     ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
     text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
-    return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash), ctx["stack_bound"])
+    return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash),
+                    stack_bound=ctx["stack_bound"])
 
 
 def _comment_safe(s: str) -> str:
