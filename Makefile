@@ -5,7 +5,7 @@
 PYTHON ?= python3
 APT_PKGS := gcc g++ clang libclang-rt-14-dev make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
             gcc-arm-linux-gnueabihf libc6-dev-armhf-cross gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
-            lld wasi-libc nodejs chromium file
+            lld wasi-libc libclang-rt-14-dev-wasm32 nodejs chromium file
 DEMO_MODEL := examples/kws_float.onnx
 DEMO_OUT := build/demo
 

@@ -21,7 +21,7 @@ import pytest
 
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
-from cuvil_mcu.integrations import escape, micropython, platformio, zephyr
+from cuvil_mcu.integrations import escape, micropython, platformio, so, wasm, zephyr
 
 from helpers import make_model, node
 from test_integrations import (FAKE_ZEPHYR, MPY_FLAGS, WARN, cc, kconfig_load, mpy_attrs, mpy_build, mpy_run,
@@ -138,6 +138,30 @@ def test_hash_comment_in_a_makefile(tmp_path):
     r = subprocess.run(["make", "-s", "-f", "Makefile"], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == "ok\n", r.stdout + r.stderr
     assert not (tmp_path / "INJECTED").exists()
+
+
+class _HTMLText(__import__("html.parser").parser.HTMLParser):
+    """Start tags and text as Python's HTML parser sees them."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attrs, self.text = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs.extend(attrs)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_text_with_html_parser():
+    for s in HOSTILE + [SOURCE, "</p><script>alert(1)</script>", "a\" onmouseover=\"x", "&amp; &lt;"]:
+        p = _HTMLText()
+        p.feed(f'<p title="{escape.html_text(s)}">{escape.html_text(s)}</p>')
+        p.close()
+        assert p.tags == ["p"] and p.attrs == [("title", escape.visible(s))], s
+        assert "".join(p.text) == escape.visible(s)
 
 
 def _md():
@@ -284,3 +308,36 @@ def test_platformio_package_with_hostile_names(hostile, tmp_path):
     for o in ("lib.o", "main.o"):
         assert b"evil" not in (tmp_path / o).read_bytes()
     check_readme_names((root / "README.md").read_text(), c)
+
+
+def test_shared_library_package_with_hostile_names(hostile, tmp_path):
+    need_tool("cc")
+    write(so.emit(hostile, tmp_path), tmp_path)
+    p = hostile.prefix
+    (tmp_path / f"{p}.h").write_text(hostile.header)
+    (tmp_path / "use.c").write_text(f'#include "lib{p}.h"\nint main(void) {{ return {p}_abi_version() == 0; }}\n')
+    cc([*WARN, "-pedantic", "-Wcomment", "-I", tmp_path, "-c", tmp_path / "use.c", "-o", tmp_path / "use.o"])
+    assert b"evil" not in (tmp_path / "use.o").read_bytes()
+    assert "evil_source(void); /*" not in (tmp_path / f"lib{p}.h").read_text()
+
+
+def test_wasm_package_with_hostile_names(hostile, tmp_path):
+    need_tool("clang")
+    need_tool("node")
+    write(wasm.emit(hostile, tmp_path), tmp_path)
+    p = hostile.prefix
+    page = _HTMLText()
+    page.feed((tmp_path / f"{p}.html").read_text())
+    page.close()
+    assert page.tags.count("script") == 1 and page.tags.count("tr") == 1 + len(hostile.graph.inputs) + \
+        len(hostile.graph.outputs)
+    text = "".join(page.text)
+    for n in hostile.graph.inputs + hostile.graph.outputs:
+        assert escape.visible(n) in text
+    # the loader is a module Node can import: its comment did not end early
+    r = subprocess.run(["node", "--input-type=module", "-e",
+                        f"import {{ META }} from {json.dumps((tmp_path / (p + '.mjs')).as_uri())};"
+                        "console.log(JSON.stringify(META.inputs.map((t) => t.name)))"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == list(hostile.graph.inputs)

@@ -18,11 +18,12 @@ Not a target itself (no NAME), so `targets()` skips it.
 """
 from __future__ import annotations
 
+import html
 import json
 
 from ..codegen.carray import c_comment, c_string
 
-__all__ = ["visible", "c_comment", "c_string", "mp_error_text", "md_code", "md_cell", "hash_comment",
+__all__ = ["visible", "c_comment", "c_string", "mp_error_text", "md_code", "md_cell", "hash_comment", "html_text",
            "kconfig_help", "yaml_str", "json_str", "rust_str", "rust_doc",
            "FILTERS"]
 
@@ -82,6 +83,13 @@ def hash_comment(s) -> str:
     return v + " " if v.endswith("\\") else v
 
 
+def html_text(s) -> str:
+    """HTML text content or a double-quoted attribute value: visible, then
+    &, <, >, " and ' as character references (no tag, entity or attribute
+    can start inside it)."""
+    return html.escape(visible(s), quote=True)
+
+
 def kconfig_help(s) -> str:
     """A word inside a Kconfig help text: help ends at the first line indented
     less than its first line, so the value must stay on its line (help text
@@ -120,4 +128,4 @@ def rust_doc(s) -> str:
 
 # Jinja filter name -> function (installed by _pkg.env()).
 FILTERS = {f.__name__: f for f in (visible, c_comment, c_string, mp_error_text, md_code, md_cell, hash_comment,
-                                   kconfig_help, yaml_str, json_str, rust_str, rust_doc)}
+                                   html_text, kconfig_help, yaml_str, json_str, rust_str, rust_doc)}
