@@ -1,6 +1,10 @@
 """Instructions and estimated cycles per node of one shared int8 model on one QEMU board.
 
     python benchmarks/profile_layers.py kws_dscnn qemu-mps2-an386 [wait_states]
+    python benchmarks/profile_layers.py examples/mobilenet_v2_035_96_int8.onnx qemu-mps2-an386
+
+(an .onnx path: a QDQ model compiled with --io int8, profiled on a fixed
+random int8 input, seed 0)
 
 The profiling build of cuvil_mcu/sim/profile.py (a marker call between the
 nodes of <prefix>_run) runs once under QEMU's execution trace; the trace
@@ -17,19 +21,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
-import shared_models as sm  # noqa: E402
-from cuvil_mcu.compiler import compile_model  # noqa: E402
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import hotspots  # noqa: E402
 from cuvil_mcu.sim import profile  # noqa: E402
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     name, board, ws = (argv + ["kws_dscnn", "qemu-mps2-an386", "0"][len(argv):])[:3]
-    c = compile_model(str(sm.model_path(name)), board=board)
+    c, x = hotspots.compile_any(name, board)
     _, comments = profile.instrument(c.header, c.prefix)
-    g = c.graph
-    x = sm.samples(name)["inputs"][:1]
-    x = x.reshape((1,) + g.tensors[g.inputs[0]].shape)
     p = profile.run(c, x, board, wait_states=int(ws))
     print(f"{'#':>3} {'instr':>10} {'cycles':>10} {'MACs':>10} {'cyc/MAC':>7} {'%':>5}  node")
     for layer in p.layers:

@@ -160,6 +160,23 @@ def records(pairs, folded: np.ndarray, m: int, mode: str, mult, second) -> np.nd
     return np.array(out, np.int64).reshape(-1)
 
 
+def natural(pairs, m: int, mode: str, sat: bool) -> bool:
+    """The natural-order kernel (the block loop in assembly): "fast"
+    requantization with SSAT, M % 4 == 0 and every pair (2i, 2i + 1), so a
+    block's stores go to 4 consecutive channels in a fixed order."""
+    return mode == "fast" and sat and m % 4 == 0 and all(p == (2 * i, 2 * i + 1) for i, p in enumerate(pairs))
+
+
+def records_natural(folded: np.ndarray, m: int, table) -> np.ndarray:
+    """[block][16] int32 of the natural-order kernel: bias of channels 4b,
+    4b + 2 (pairs A and B lo), twice the bias of 4b + 1, 4b + 3 (hi: the
+    kernel feeds 2 acc to SMMLAR), then the rows (mult, e, nudge) of
+    channels 4b + 1, 4b + 2, 4b + 3, 4b (the store order)."""
+    bias = np.asarray(folded, np.int64).reshape(-1, 4)
+    rows = np.asarray(table, np.int64).reshape(-1, 4, 3)[:, [1, 2, 3, 0]].reshape(-1, 12)
+    return np.concatenate([bias[:, [0, 2]], 2 * bias[:, [1, 3]], rows], axis=1).reshape(-1)
+
+
 def gather_plan(kh: int, ll: int, kk: int) -> list[list[dict]]:
     """For C % 4 != 0 (first layers): how each 4-byte group of the K inputs
     (rows of ll bytes one after the other, zeros past K) is assembled from
@@ -268,12 +285,17 @@ def emit(node, x, w, outs, k, p) -> bool:
     # pointwise without padding: every pixel's C inputs are one run inside x
     pw = plan is None and kh == kw == 1 and pt == pl == 0 and (oh - 1) * sh < h and (ow - 1) * sw < wd
     rev = k.variant() == "rev"
-    name = f"{mode}{'s' * sat}" + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw else "") + ("_rev" if rev else "")
+    nat = natural(pairs, m, mode, sat)
+    # corr: the rounding's sign fix matters only for outputs above the clamp's low end
+    corr = nat and int(p.rq.lo) < int(p.rq.zp)
+    name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw
+                                                                       else "") + ("_rev" if rev else "")
     fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS,
-                                 "plan": plan, "kh": kh, "ll": kw * c,
+                                 "plan": plan, "kh": kh, "ll": kw * c, "nat": nat, "corr": corr,
                                  "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev})
     wsym = k.const(pack_weights(wpad, pairs), f"{w.name}_dsp2")
-    rsym = k.const(records(pairs, folded, m, mode, mult, second).astype(np.int32), f"{node.name}_pairs")
+    rec = records_natural(folded, m, mult) if nat else records(pairs, folded, m, mode, mult, second)
+    rsym = k.const(rec.astype(np.int32), f"{node.name}_pairs")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
     bufs = k.scratch_buf(xe, "int32_t")
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))

@@ -272,6 +272,65 @@ def _band(kh: int, sh: int, kp: int, oh: int):
     return None
 
 
+ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
+
+
+def _one_plane(geo, out_hw, k_hw, strides, pads, c, wd, h):
+    """(scratch bytes, kp, e, plane words, trans) of the one-channel kernel
+    (every line in one band), or None: lines along the shorter output
+    dimension, kp the fewest pair-rows per column holding all of them."""
+    (oh, ow), (kh, kw), (sh, sw) = out_hw, k_hw, strides
+    trans = ow < oh
+    if trans:
+        oh, ow, kh, kw, sh, sw = ow, oh, kw, kh, sw, sh
+    if ow < NP:
+        return None
+    for kp in range(1, 49):
+        b = _band(kh, sh, kp, oh)
+        if b and b[0] == oh:
+            break
+    else:
+        return None
+    wcols = (ow - 1) * sw + kw
+    plane = -(-wcols * kp // PLANE_STEP) * PLANE_STEP
+    if 4 * plane > ONE_MAX:
+        return None
+    return 4 * plane, kp, b[1], plane, trans
+
+
+def _bands_plan(geo, out_hw, k_hw, strides, wd, h, c, in_place, trans=None):
+    """(scratch bytes, bytes the output lags behind its input when written
+    over it) of the band kernel as emit would choose it; (inf, 0) if none."""
+    (oh, ow), (kh, kw), (sh, sw) = out_hw, k_hw, strides
+    (pt, pl) = geo.pad_begin
+    if trans is None:
+        trans = ow < oh and not (in_place and ow >= NP)
+    rin, cin, rout, cout = wd * c, c, ow * c, c
+    if trans:
+        h, wd, oh, ow, kh, kw, sh, sw, pt = wd, h, ow, oh, kw, kh, sw, sh, pl
+        rin, cin, rout, cout = cin, rin, cout, rout
+    if ow < NP:
+        return float("inf"), 0
+    wcols = (ow - 1) * sw + kw
+    for kp in KPS_INPLACE if in_place else KPS:
+        if wcols * kp * 4 <= BUF_WORDS:
+            band = _band(kh, sh, kp, oh)
+            if band:
+                break
+    else:
+        return float("inf"), 0
+    plane = -(-wcols * kp // PLANE_STEP) * PLANE_STEP
+    lag = 0
+    if in_place:
+        o = windows.bands(geo.n, h, wd, oh, ow, c, band[0], sh, pt, kh, band[1], rin, cin, rout, cout)
+        n_in, n_out = o.last_read.size, o.write_step.size
+        d = windows.best_delta(o, 16)
+        lag = (max(n_in, n_out) if d is None else max(n_in, d + n_out) - min(0, d)) - max(n_in, n_out)
+        if d is None:
+            lag = n_out
+    return 16 * plane, lag
+
+
 def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     """wk: [kh][kw][c] weights minus their zero point (int64, int8 range);
     folded: bias with -x_zp * sum(w) folded in; mode/mult/second/sat:
@@ -298,10 +357,27 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         return False
     lo, hi = max(int(p.rq.lo), -128), min(int(p.rq.hi), 127)
     corr = lo < yzp
-    # orientation: lines along the shorter output dimension; along rows when the
-    # output may be written over the input (row bands keep the writes behind
-    # the reads: planner/windows.bands)
-    trans = ow < oh and not (k.input_dies(x) and ow >= NP)
+    dies = k.input_dies(x)
+    # one channel at a time over the whole plane (no row bands): the input is
+    # converted once, lines run along the longer output dimension, and written
+    # over its input the output needs no lag (a channel's outputs replace
+    # inputs already in the plane); taken when its plane is no bigger than
+    # the bands' buffer (with the row the bands' output lags behind its input
+    # when in place), or fits the room the plan has at this step
+    one = _one_plane(geo, (oh, ow), (kh, kw), (sh, sw), (pt, pl), c, wd, h)
+    bands_in_place = _bands_plan(geo, (oh, ow), (kh, kw), (sh, sw), wd, h, c, True) if dies else None
+    # (on square layers the bands convert 4 channels at a time and are as fast)
+    take_one = one is not None and (
+        (dies and one[0] <= bands_in_place[0] + bands_in_place[1])
+        or (not dies and one[0] <= _bands_plan(geo, (oh, ow), (kh, kw), (sh, sw), wd, h, c, False, one[4])[0])
+        or (one[4] and dies and one[0] <= k.scratch_room()))
+    if take_one:
+        trans, kp, band = one[4], one[1], (oh if not one[4] else ow, one[2])
+    else:
+        # orientation: lines along the shorter output dimension; along rows when the
+        # output may be written over the input (row bands keep the writes behind
+        # the reads: planner/windows.bands)
+        trans = ow < oh and not (dies and ow >= NP)
     cl_in, cl_out = (wd * c, c), (ow * c, c)            # byte strides of (row, column)
     if trans:
         h, wd, oh, ow, kh, kw, sh, sw, pt, pl = wd, h, ow, oh, kw, kh, sw, sh, pl, pt
@@ -310,16 +386,17 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     if ow < NP:
         return False
     wcols = (ow - 1) * sw + kw
-    band = None
-    # written over its input: the planes are arena scratch live next to the
-    # whole tensor, so the smaller bands come first (KWS: 336 B instead of 576)
-    for kp in KPS_INPLACE if k.input_dies(x) else KPS:
-        if wcols * kp * 4 <= BUF_WORDS:
-            band = _band(kh, sh, kp, oh)
-            if band:
-                break
-    if not band:
-        return False
+    if not take_one:
+        band = None
+        # written over its input: the planes are arena scratch live next to the
+        # whole tensor, so the smaller bands come first (KWS: 336 B instead of 576)
+        for kp in KPS_INPLACE if dies else KPS:
+            if wcols * kp * 4 <= BUF_WORDS:
+                band = _band(kh, sh, kp, oh)
+                if band:
+                    break
+        if not band:
+            return False
     lb, nk_extra = band
     plane = -(-wcols * kp // PLANE_STEP) * PLANE_STEP
     lf = min(pl, wcols)
@@ -335,7 +412,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     k.kernel("intrin_dw_dsp")
     rq = "s" if lo == -128 and hi == 127 else "c"
     name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
-    fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp,
+    name += "_one" if take_one else ""
+    fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "np": NP, "nk_extra": nk_extra, "plane": plane,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew,
@@ -349,8 +427,19 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     rec = record(fold, mq, e)
     rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
-    k.order(0, lambda: windows.bands(geo.n, h, wd, oh, ow, c, lb, sh, pt, kh, nk_extra, cl_in[0], cl_in[1],
-                                     cl_out[0], cl_out[1], what=f"qdw2_dsp: bands of {lb} lines"
-                                     + (" (columns)" if trans else "")))
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {k.scratch_buf(16 * plane, 'int32_t')});")
+    if take_one:
+        rows_read = np.zeros(h, bool)
+        rows_read[max(0, -pt):max(0, min(h, -pt + 2 * (((oh - 1) * sh + kh + nk_extra) >> 1)))] = True
+        cols_read = np.zeros(wd, bool)
+        cols_read[:nc] = True
+        read = rows_read[:, None] & cols_read[None, :]
+        read = read.T if trans else read              # back to the tensor's (H, W)
+        k.order(0, lambda: windows.channels(geo.n, geo.hw[0] * geo.hw[1] * c, geo.out_hw[0] * geo.out_hw[1] * c, c,
+                                            None if read.all() else read,
+                                            what="qdw2_dsp: channel by channel" + (" (columns)" if trans else "")))
+    else:
+        k.order(0, lambda: windows.bands(geo.n, h, wd, oh, ow, c, lb, sh, pt, kh, nk_extra, cl_in[0], cl_in[1],
+                                         cl_out[0], cl_out[1], what=f"qdw2_dsp: bands of {lb} lines"
+                                         + (" (columns)" if trans else "")))
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {k.scratch_buf((4 if take_one else 16) * plane, 'int32_t')});")
     return True

@@ -204,3 +204,20 @@ def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, l
     return Order(ws, lr, what or f"bands(lb={lb})",
                  dict(model="bands", rows=rows, cols_in=cols_in, lines=lines, cols_out=cols_out, lb=lb, sh=sh,
                       pt=pt, kh=kh, nk_extra=nk_extra, rin=rin, cin=cin, rout=rout, cout=cout, cgroup=cgroup))
+
+
+def channels(nb: int, n_in: int, n_out: int, c: int, read: np.ndarray | None = None, what: str = "") -> Order:
+    """Channel by channel (per batch entry): every input byte of channel ch
+    is read, then every output byte of channel ch written (isa/dsp_dw.py's
+    one-plane kernel: a channel's whole plane is converted before any of its
+    outputs). n_in / n_out: bytes per batch entry (NHWC, c channels); read:
+    which input pixels the kernel reads at all (bool per pixel; default all)."""
+    px_in, px_out = n_in // c, n_out // c
+    ch = np.arange(c, dtype=np.int64)
+    base = (np.arange(nb, dtype=np.int64) * c)[:, None, None]
+    ws = np.broadcast_to(base + ch[None, None, :], (nb, px_out, c)).reshape(-1)
+    lr = np.broadcast_to(base + ch[None, None, :], (nb, px_in, c)).copy()
+    if read is not None:
+        lr[:, ~np.asarray(read, bool).reshape(-1), :] = -1
+    return Order(np.ascontiguousarray(ws), lr.reshape(-1), what or "channels",
+                 dict(model="channels", c=c, read=None if read is None else np.asarray(read, bool).tolist()))
