@@ -75,11 +75,16 @@ def _check(layers, seed, requant="fixed"):
     return c, feeds
 
 
-@pytest.mark.parametrize("wide", [False, True])
-def test_layers_exact_on_host(wide, monkeypatch):
-    # each layer is written over its (transposed) input: the smallest bands
-    # first (3 pair-rows); wide: the bands a layer not in place takes
-    if wide:
+@pytest.mark.parametrize("mode", ["bands", "wide", "one"])
+def test_layers_exact_on_host(mode, monkeypatch):
+    # each layer is written over its (transposed) input. bands: row bands, the
+    # smallest first (3 pair-rows); wide: the bands a layer not in place takes;
+    # one: one channel at a time over the whole plane wherever it applies
+    if mode != "one":
+        monkeypatch.setattr(dsp_dw, "ONE_MAX", 0)
+    else:
+        monkeypatch.setattr(dsp_dw, "_bands_plan", lambda *a, **k: (float("inf"), 0))
+    if mode == "wide":
         monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)
     c, _ = _check(LAYERS, seed=21)
     used = [n for n in c.graph.nodes if n.op_type == "QLinearConv"]
@@ -89,10 +94,13 @@ def test_layers_exact_on_host(wide, monkeypatch):
     kern = {k.rsplit("_kp", 1)[0] for k in _kernels(c.header)}
     assert {"qdw2_dsp_ns_3x3s11", "qdw2_dsp_ns_3x3s22", "qdw2_dsp_ns_5x5s11"} <= kern, kern
     kp = {k.rsplit("_kp", 1)[1] for k in _kernels(c.header) if "qdw2" in k}
-    if wide:
+    if mode == "wide":
         assert kp == {"4", "5"}, kp     # 5 pair-rows per column, 4 for the 62-column layer
-    else:
+    elif mode == "bands":
         assert kp == {"3"}, kp
+    else:
+        one = sum("qdw2_dsp" in ln and "_one(" in ln for ln in calls)
+        assert one == sum(u for _, u in LAYERS), calls
 
 
 def test_strict_builds():
@@ -199,10 +207,14 @@ def _have_cross() -> bool:
 
 @pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed")
 @pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps2-an505"])
-def test_on_qemu(board):
+def test_on_qemu(board, monkeypatch):
     """The real instructions on M4 / M33: several shapes, both variants of
-    the negative-rounding correction, outputs equal the reference."""
+    the negative-rounding correction, outputs equal the reference; the
+    one-channel planes on the M4 (every layer here takes them), the row
+    bands on the M33."""
     from cuvil_mcu.sim import qemu
+    if board == "qemu-mps2-an505":
+        monkeypatch.setattr(dsp_dw, "ONE_MAX", 0)
     layers = [LAYERS[i] for i in (0, 2, 3, 4, 5, 9, 10, 12)]
     model, feeds = build([spec for spec, _ in layers], seed=25)
     c = compile_model(model, board=board)
@@ -211,6 +223,8 @@ def test_on_qemu(board):
     g = c.graph
     kern = _kernels(c.header)
     assert any(k.startswith("qdw2_dsp_z") for k in kern) and any(k.startswith("qdw2_dsp_n") for k in kern), kern
+    one = [k for k in kern if k.endswith("_one")]
+    assert len(one) == (len(kern) if board == "qemu-mps2-an386" else 0), kern
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, r.outputs):

@@ -99,6 +99,18 @@ def band_events(nb, c, prm):
                                        for ln in range(l0, l0 + nl) for x in range(cols_out) for k in ch], np.int64)
 
 
+def channel_events(geo: ConvGeometry, prm):
+    """isa/dsp_dw.py's one-plane kernel: per batch entry, per channel, every
+    input pixel it reads (all, or the `read` mask), then every output pixel."""
+    (h, w), (oh, ow), c = geo.hw, geo.out_hw, geo.c
+    read = np.ones(h * w, bool) if prm["read"] is None else np.asarray(prm["read"], bool).reshape(-1)
+    pix = np.flatnonzero(read)
+    for b in range(geo.n):
+        for ch in range(c):
+            yield "r", (b * h * w + pix) * c + ch
+            yield "w", (b * oh * ow + np.arange(oh * ow)) * c + ch
+
+
 def replay(c) -> int:
     """Run the plan byte by byte; returns how many aliased nodes it replayed
     with their own order. Fails on any byte read after being overwritten."""
@@ -157,6 +169,8 @@ def replay(c) -> int:
         geo = op._params(n, tens).geo
         if prm["model"] == "raster":
             events = raster_events(geo, prm["depthwise"], prm["group"], prm["cblock"], prm["reverse"], prm["seq"])
+        elif prm["model"] == "channels":
+            events = channel_events(geo, prm)
         else:
             events = band_events(geo.n, geo.c, prm)
         for kind, idx in events:
@@ -354,8 +368,20 @@ def test_hand_windows():
     # row bands (isa/dsp_dw.py): one row (80 B)
     o = windows.bands(1, 6, 5, 6, 5, 16, lb=2, sh=1, pt=1, kh=3, nk_extra=1, rin=80, cin=16, rout=80, cout=16)
     assert windows.best_delta(o, 16) == -80
+    # channel by channel (isa/dsp_dw.py's one-plane kernel): in place, no lag;
+    # any whole number of pixels either way keeps each byte on its own channel
+    # (safe), a shift of a few channels does not; stride 2 without padding
+    # (6 x 5 -> 2 x 2, row 5 and column 4 never read): in place too
+    ch = windows.channels(1, 6 * 5 * 16, 6 * 5 * 16, 16)
+    assert windows.best_delta(ch, 16) == 0 and ch.safe(16) and ch.safe(-16)
+    assert not ch.safe(-1) and not ch.safe(8)
+    read = np.zeros((6, 5), bool)
+    read[:5, :4] = True
+    ch2 = windows.channels(1, 6 * 5 * 16, 2 * 2 * 16, 16, read)
+    assert ch2.safe(0) and windows.best_delta(ch2, 16) is not None and not ch2.safe(1)
     # the exact check agrees with brute force over every delta
-    for order in (windows.raster(dw, True, group=1, cblock=1), o, windows.raster(up, False, group=2, cblock=0)):
+    for order in (windows.raster(dw, True, group=1, cblock=1), o, windows.raster(up, False, group=2, cblock=0),
+                  ch, ch2):
         for d in range(-order.write_step.size, order.last_read.size + 1):
             a = np.arange(order.write_step.size)
             b = a + d
