@@ -253,19 +253,31 @@ def test_strict_host_builds():
 
 @pytest.mark.parametrize("lang", ["c99", "c++11"])
 def test_arm_builds_every_opt_level(tmp_path, lang):
-    """The inline assembly needs 13 free registers: it must build (-Werror)
-    at every optimisation level, with a frame pointer too (-O0 keeps the C
-    loop), in C and C++ (-O2 on M4 / M7 / M33: test_on_qemu)."""
+    """The inline assembly takes every register (r7 saved on the stack, as
+    it may be the frame pointer) or 13 of them: it must build (-Werror) at
+    every optimisation level, with a frame pointer too (-O0 keeps the C
+    loops), in C and C++ (-O2 on M4 / M7 / M33: test_on_qemu); the conv
+    kernels, and the fully connected and depthwise ones in a second header."""
     import shutil
     import subprocess
     cc = "arm-none-eabi-gcc" if lang == "c99" else "arm-none-eabi-g++"
     if shutil.which(cc) is None:
         pytest.skip(f"needs {cc}")
+    from test_isa_dsp import build
     model, _ = _all_variants_model()
     c = compile_model(model, board="qemu-mps2-an386")
+    # the fully connected kernel's asm (4 pairs: every register; buffered and
+    # direct) and the depthwise kernels (one-channel planes, row bands)
+    fc, _ = build([("fc", (1, 64, 12), {}), ("fc", (1, 300, 8), {}), ("conv", ((1, 8, 9, 8), (8, 1, 3, 3),
+                   dict(group=8, pads=[1, 1, 1, 1])), {}), ("conv", ((1, 8, 14, 48), (8, 1, 3, 3),
+                   dict(group=8, pads=[1, 1, 1, 1])), {})], seed=3)
+    cf = compile_model(fc, board="qemu-mps2-an386")
+    assert "_fasts_b_pt(" in cf.header and "_fasts_d_pt(" in cf.header and "_one(" in cf.header, cf.header
+    (tmp_path / "fc.h").write_text(cf.header.replace("MODEL_", "FC_").replace("model_", "fc_"))
     (tmp_path / "model.h").write_text(c.header)
     src = tmp_path / "tu.c"
-    src.write_text(f"#define {c.prefix.upper()}_IMPLEMENTATION\n#include \"model.h\"\n")
+    src.write_text(f"#define {c.prefix.upper()}_IMPLEMENTATION\n#include \"model.h\"\n"
+                   "#define FC_IMPLEMENTATION\n#include \"fc.h\"\n")
     opts = (["-O0"], ["-Og"], ["-O1"], ["-Os"], ["-O3"], ["-O2", "-fno-omit-frame-pointer"])
     if lang != "c99":
         opts = opts[:2]

@@ -320,8 +320,8 @@ def test_chunks(monkeypatch):
     fills that buffer) is exact where the plain recipe would not be;
     without chunks (MAX_CHUNKS 1) -> qfc_dsp."""
     rng = np.random.RandomState(21)
-    layers = [_chunk_layer(700, 8, rng), _chunk_layer(1001, 2, rng), _chunk_layer(2101, 9, rng),
-              _chunk_layer(2048, 8, rng), _chunk_layer(2049, 8, rng)]       # the stack buffer full; one more
+    layers = [_chunk_layer(700, 10, rng), _chunk_layer(1001, 2, rng), _chunk_layer(2101, 9, rng),
+              _chunk_layer(2048, 10, rng), _chunk_layer(2049, 10, rng)]     # the stack buffer full; one more
     for ly in layers:
         b = np.asarray(ly["w"], np.int64).T
         assert int(np.abs(b[1] @ ly["x"][0])) >= 2 ** 23      # past the one-chunk bound

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-NP = 3                      # channel pairs per pass: 6 accumulators + 2 x + 2 w + 3 pointers fit the registers
+NP = 4                      # channel pairs per pass: 8 accumulators + 2 x + 2 w + 2 pointers (asm: every register)
 HI_LIM = 2 ** 23            # |acc[hi]| bound for exact extraction from t - bl
 MAX_CHUNKS = 64
 FIELDS = ("m", "n", "kk", "npass", "kf", "kt", "ng2", "ckn", "nsw", "yzp", "lo", "hi")
