@@ -80,10 +80,7 @@ def test_layers_exact_on_host(mode, monkeypatch):
     # each layer is written over its (transposed) input. bands: row bands, the
     # smallest first (3 pair-rows); wide: the bands a layer not in place takes;
     # one: one channel at a time over the whole plane wherever it applies
-    if mode != "one":
-        monkeypatch.setattr(dsp_dw, "ONE_MAX", 0)
-    else:
-        monkeypatch.setattr(dsp_dw, "_bands_plan", lambda *a, **k: (float("inf"), 0))
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "always" if mode == "one" else "never")
     if mode == "wide":
         monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)
     c, _ = _check(LAYERS, seed=21)
@@ -140,7 +137,8 @@ def test_relu_zero_point_at_minimum_takes_sat_without_correction():
     c = compile_model(model, board=BOARD)
     c = with_fused_act(c, (0.0, float("inf")))
     g = c.graph
-    assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp3"}
+    # KWS's layer: the one-channel plane (transposed, 25 outputs per line); the other: row bands
+    assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp4_pl108_one", "qdw2_dsp_zs_3x3s11_kp3"}
     outs = run_host(c, feeds)
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, outs):
@@ -213,8 +211,7 @@ def test_on_qemu(board, monkeypatch):
     one-channel planes on the M4 (every layer here takes them), the row
     bands on the M33."""
     from cuvil_mcu.sim import qemu
-    if board == "qemu-mps2-an505":
-        monkeypatch.setattr(dsp_dw, "ONE_MAX", 0)
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "always" if board == "qemu-mps2-an386" else "never")
     layers = [LAYERS[i] for i in (0, 2, 3, 4, 5, 9, 10, 12)]
     model, feeds = build([spec for spec, _ in layers], seed=25)
     c = compile_model(model, board=board)

@@ -273,6 +273,7 @@ def _band(kh: int, sh: int, kp: int, oh: int):
 
 
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
+ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always" where it applies, "never")
 
 
 def _one_plane(geo, out_hw, k_hw, strides, pads, c, wd, h):
@@ -359,18 +360,19 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     corr = lo < yzp
     dies = k.input_dies(x)
     # one channel at a time over the whole plane (no row bands): the input is
-    # converted once, lines run along the longer output dimension, and written
-    # over its input the output needs no lag (a channel's outputs replace
-    # inputs already in the plane); taken when its plane is no bigger than
-    # the bands' buffer (with the row the bands' output lags behind its input
-    # when in place), or fits the room the plan has at this step
+    # converted once and the lines may run along the longer output dimension
+    # while the output is written over its input, with no lag (a channel's
+    # outputs replace inputs already in the plane). Taken for a layer written
+    # over its input whose lines the row bands would run along the shorter
+    # side (KWS 25 x 5), when its plane is no bigger than the bands' buffer
+    # plus the row the bands' output lags behind, or fits the room the plan
+    # has at this step; square layers keep the bands (they convert 4 channels
+    # at a time: faster).
     one = _one_plane(geo, (oh, ow), (kh, kw), (sh, sw), (pt, pl), c, wd, h)
-    bands_in_place = _bands_plan(geo, (oh, ow), (kh, kw), (sh, sw), wd, h, c, True) if dies else None
-    # (on square layers the bands convert 4 channels at a time and are as fast)
-    take_one = one is not None and (
-        (dies and one[0] <= bands_in_place[0] + bands_in_place[1])
-        or (not dies and one[0] <= _bands_plan(geo, (oh, ow), (kh, kw), (sh, sw), wd, h, c, False, one[4])[0])
-        or (one[4] and dies and one[0] <= k.scratch_room()))
+    take_one = one is not None and ONE_PLANE != "never" and (ONE_PLANE == "always" or (dies and one[4] and ow >= NP))
+    if take_one and ONE_PLANE == "auto":
+        bp = _bands_plan(geo, (oh, ow), (kh, kw), (sh, sw), wd, h, c, True)
+        take_one = one[0] <= bp[0] + bp[1] or one[0] <= k.scratch_room()
     if take_one:
         trans, kp, band = one[4], one[1], (oh if not one[4] else ow, one[2])
     else:
