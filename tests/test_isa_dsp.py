@@ -278,3 +278,76 @@ def test_on_qemu(board):
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, r.outputs):
         np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")
+
+
+# --- QLinearAdd through the scaled-input tables (qadd_tab_dsp) -----------------
+
+ADD_CASES = [   # (scale a, zp a, scale b, zp b, scale y, zp y, fused Relu)
+    (0.05, 3, 0.031, -7, 0.07, -2, False),
+    (0.02, -128, 0.02, -128, 0.03, -128, True),      # ResNet's add + Relu (saturating: SSAT with the shift)
+    (0.11, 20, 0.004, -100, 0.09, 9, False),         # very different input scales
+    (0.5, 0, 0.49, 1, 0.0123, 4, True),              # output scale far below the inputs'
+]
+
+
+def _add_model():
+    from qhelpers import MS
+    nodes, inits = [], {}
+    for i, (sa, za, sb, zb, sy, zy, relu) in enumerate(ADD_CASES):
+        for n, s, z in (("a", sa, za), ("b", sb, zb), ("y", sy, zy)):
+            inits[f"{n}{i}_s"], inits[f"{n}{i}_z"] = np.float32(s), np.int8(z)
+        ins = [f"a{i}", f"a{i}_s", f"a{i}_z", f"b{i}", f"b{i}_s", f"b{i}_z", f"y{i}_s", f"y{i}_z"]
+        nodes.append(helper.make_node("QLinearAdd", ins, [f"y{i}"], domain=MS, name=f"add{i}"))
+    shape = (1, 8, 13, 7)
+    model = qmodel(nodes, {f"{p}{i}": (shape, "int8") for i in range(len(ADD_CASES)) for p in "ab"},
+                   {f"y{i}": "int8" for i in range(len(ADD_CASES))}, inits)
+    rng = np.random.RandomState(31)
+    feeds = {f"{p}{i}": rng.randint(-128, 128, shape).astype(np.int8) for i in range(len(ADD_CASES)) for p in "ab"}
+    return model, feeds
+
+
+def test_add_tables_arithmetic():
+    """The tables' sums requantized as the kernel does equal TFLM's add on
+    every pair of int8 inputs."""
+    from cuvil_mcu.isa.dsp import add_tables
+    from cuvil_mcu.ops.qelementwise import add_fast_plan, add_fixed_params
+    x = np.arange(-128, 128, dtype=np.int64)
+    for sa, za, sb, zb, sy, zy, relu in ADD_CASES:
+        lo = zy if relu else -128
+        params = add_fixed_params(sa, sb, sy)
+        plan = add_fast_plan("int8", za, zb, zy, params, lo, 127)
+        ta, tb = add_tables(plan)
+        d = (ta.astype(np.int64)[(x & 0xFF)][:, None] + tb.astype(np.int64)[(x & 0xFF)][None, :]) & 0xFFFFFFFF
+        d = np.where(d >= 2 ** 31, d - 2 ** 32, d)
+        nudge = (1 << 31) if plan["mmr"] else plan["nh"] * (1 << 31) + plan["nl"]
+        w = (d * plan["mo"] + nudge) >> 32
+        e = plan["e"]
+        y = np.clip(((w + (w >> 31) + plan["c"]) >> e) if e else w + plan["c"], lo, 127)
+        m1, s1, m2, s2, mo, so = params
+        v1 = quant.requantize_fixed((x[:, None] - za) * (1 << 20), m1, s1)
+        v2 = quant.requantize_fixed((x[None, :] - zb) * (1 << 20), m2, s2)
+        ref = np.clip(quant.requantize_fixed(v1 + v2, mo, so) + zy, lo, 127)
+        np.testing.assert_array_equal(y, ref, err_msg=str((sa, za, sb, zb, sy, zy, relu)))
+
+
+@pytest.mark.parametrize("board", ["host-c", "qemu-mps2-an386"])
+def test_add_tables(board):
+    """The table kernel in the DSP header: plain C on the host, the real
+    SMMULR / SSAT on QEMU; both equal the reference bit for bit."""
+    from qhelpers import rerender
+    model, feeds = _add_model()
+    relu = {f"add{i}" for i, case in enumerate(ADD_CASES) if case[-1]}
+    c = rerender(compile_model(model, board=BOARD), lambda n: (0.0, float("inf")) if n.name in relu else None)
+    assert c.header.count("__qadd_tab_dsp_") >= len(ADD_CASES) and "__qadd_s8_" not in c.header
+    assert "asr #" in c.header and "y < 4 ? 4 : y" in c.header    # SSAT with the shift; the Relu's clamp
+    if board == "host-c":
+        assert_graph_outputs_exact(c.graph, run_host(c, feeds), feeds, min_unique=4)
+        return
+    import shutil
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu.sim import qemu
+    r = qemu.simulate(c, {n: feeds[n] for n in c.graph.inputs}, board)
+    ref = reference.run(c.graph, feeds)
+    for name, o in zip(c.graph.outputs, r.outputs):
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)

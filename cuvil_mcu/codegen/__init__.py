@@ -254,7 +254,7 @@ class Rendered:
 # arm-none-eabi-gcc -O2 -fstack-usage (run frame + deepest kernel frame) on
 # every shared model and checked by `sim` with the painted stack
 # (tests/test_planner.py, benchmarks/run.py).
-STACK_BOUND = {"mve": 1024, "dsp": 512, "neon": 512, "portable": 512}
+STACK_BOUND = {"mve": 512, "dsp": 512, "neon": 512, "portable": 512}
 
 
 def stack_bound(target) -> int:

@@ -96,6 +96,7 @@ def _requant_arrays(k, rq, name: str, perm=None) -> str:
 
 
 def _helpers(k, copy: bool = False) -> None:
+    k.kernel("mve_kernel")
     k.kernel("requant_mve")
     if copy:
         k.kernel("copy_mve")
@@ -191,7 +192,7 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     (pt, pl) = geo.pad_begin
     nr = (kh - 1) * dh + 1
     span = (kw - 1) * dw + 1
-    if span * nr > 16 or sw * nr > 127:
+    if span * nr > 16 or sw * nr > 127 or h + pt + oh * sh >= 2 ** 15:   # ring tags are int16
         return False
     c8 = -(-geo.c // 8) * 8
 
@@ -499,6 +500,7 @@ def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
     g = np.array([nb, c, len(th), len(tw), h * w * c, w * c, len(th) * len(tw) * c, len(tw) * c,
                   p["xzp"], p["lo"], p["hi"], cmin], np.int64)
     check_index(node, g, nb * c * h * w * 2)
+    k.kernel("mve_kernel")
     fn = k.kernel("qavgpool_mve", {"name": "s8"})
     k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(g.astype(np.int32), 'qavgpool_geo')}, "
            f"{k.const(th.reshape(-1).astype(np.int32), 'pool_rows')}, "
