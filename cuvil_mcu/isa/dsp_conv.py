@@ -61,6 +61,7 @@ FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt"
           "xzp", "yzp", "lo", "hi")
 A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
+NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
 
 
 # Most bytes of the split activations of two pixels (arena scratch; the
@@ -288,9 +289,11 @@ def emit(node, x, w, outs, k, p) -> bool:
     nat = natural(pairs, m, mode, sat)
     # corr: the rounding's sign fix matters only for outputs above the clamp's low end
     corr = nat and int(p.rq.lo) < int(p.rq.zp)
-    name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw
-                                                                       else "") + ("_rev" if rev else "")
-    fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS,
+    # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
+    nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
+    name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
+        + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw else "") + ("_rev" if rev else "")
+    fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp,
                                  "plan": plan, "kh": kh, "ll": kw * c, "nat": nat, "corr": corr,
                                  "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev})
     wsym = k.const(pack_weights(wpad, pairs), f"{w.name}_dsp2")
