@@ -116,11 +116,13 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
     low = codegen.lower(g, prefix, b, **lkw)
     lean = planner.plan(g, algorithm, low.scratch, low.orders, preserve_inputs)
     free = planner.room(g, lean)
+    gap = planner.gaps(g, lean)
     extra = int(lean.arena_size * slack) // planner.ALIGN * planner.ALIGN
     for _ in range(3):
         room = {n: v + extra for n, v in free.items()}
         if not any(room.values()):
             break
+        room[None] = (extra, gap)   # the slack in every entry, and the contiguous gaps (Emitter.scratch_free)
         low2 = codegen.lower(g, prefix, b, room, **lkw)
         if low2.scratch == low.scratch:
             break

@@ -118,6 +118,15 @@ class Emitter:
         buffer-free variant uses it when its buffer does not fit."""
         return int(self.room.get(self.node.name, 0)) if self.room else 0
 
+    def scratch_free(self) -> int:
+        """The largest contiguous run of arena bytes free at this node's step
+        in the leanest plan (within the room, without the slack the compiler
+        may add): scratch that size fits there without growing that plan."""
+        if not self.room or None not in self.room:
+            return 0
+        slack, gap = self.room[None]
+        return max(0, min(int(self.room.get(self.node.name, 0)) - int(slack), int(gap.get(self.node.name, 0))))
+
     def order(self, index: int, order, variant: str | None = None) -> None:
         """Declare the kernel's read/write order for input `index` -> output 0
         (a planner.windows.Order or a callable building one): the planner may

@@ -274,6 +274,7 @@ def _band(kh: int, sh: int, kp: int, oh: int):
 
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
 ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always" where it applies, "never")
+WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
 
 
 def _one_plane(geo, out_hw, k_hw, strides, pads, c, wd, h):
@@ -373,7 +374,13 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     if take_one and ONE_PLANE == "auto":
         bp = _bands_plan(geo, (oh, ow), (kh, kw), (sh, sw), wd, h, c, True)
         take_one = one[0] <= bp[0] + bp[1] or one[0] <= k.scratch_room()
-    if take_one:
+    # 4-channel planes holding every line ("whole": one band), where the arena
+    # has that much free at this step in the leanest plan: each input converted
+    # once, 4 channels at a time; written over its input with no lag (a
+    # group's outputs replace inputs already in its planes)
+    whole = (not take_one and one is not None and ONE_PLANE != "always" and 4 * one[0] <= WHOLE_MAX
+             and 2 * 4 * one[0] <= k.scratch_free())
+    if take_one or whole:
         trans, kp, band = one[4], one[1], (oh if not one[4] else ow, one[2])
     else:
         # orientation: lines along the shorter output dimension; along rows when the
@@ -388,7 +395,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     if ow < NP:
         return False
     wcols = (ow - 1) * sw + kw
-    if not take_one:
+    if not (take_one or whole):
         band = None
         # written over its input: the planes are arena scratch live next to the
         # whole tensor, so the smaller bands come first (KWS: 336 B instead of 576)
@@ -418,7 +425,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "np": NP, "nk_extra": nk_extra, "plane": plane,
                                "corr": corr, "sat": rq == "s",
-                               "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew,
+                               "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
                                                g=(kh + ph + 1) // 2, cols=pass_code(kh, kw, sw, kp, ph, mcs))
                                           for ph, (wds, mcs, ew) in enumerate(phases)],
                                "fields": FIELDS})

@@ -348,8 +348,31 @@ def room(g: Graph, p: Plan) -> dict[str, int]:
     return out
 
 
+def gaps(g: Graph, p: Plan) -> dict[str, int]:
+    """Per node: the largest contiguous run of arena bytes free at its step
+    (its own scratch not counted): a buffer that size fits there without
+    moving anything else."""
+    out = {}
+    for i, n in enumerate(g.nodes):
+        busy = []
+        for b in p.buffers:
+            if b.name == f"scratch:{n.name}":
+                continue
+            off = p.offsets[b.name]
+            for rel, size, first, last in (b.pieces or ((0, b.size, b.first, b.last),)):
+                if first <= i <= last and size:
+                    busy.append((off + rel, off + rel + size))
+        busy.sort()
+        best, at = 0, 0
+        for lo, hi in busy:
+            best = max(best, lo - at)
+            at = max(at, hi)
+        out[n.name] = max(best, p.arena_size - at)
+    return out
+
+
 def _extent(records, offsets) -> int:
     return max((off + r[0] for r, off in zip(records, offsets)), default=0)
 
 
-__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lifetimes", "lower_bound", "overlaps", "plan", "room"]
+__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "gaps", "lifetimes", "lower_bound", "overlaps", "plan", "room"]
