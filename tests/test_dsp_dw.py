@@ -75,12 +75,25 @@ def _check(layers, seed, requant="fixed"):
     return c, feeds
 
 
-@pytest.mark.parametrize("mode", ["bands", "wide", "one"])
+def _whole_everywhere(monkeypatch):
+    """As if the plan had the arena free for 4 planes holding every line at each step."""
+    from cuvil_mcu import codegen
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "auto")
+    monkeypatch.setattr(dsp_dw, "_bands_plan", lambda *a, **k: (0, 0))       # never the one-channel plane
+    monkeypatch.setattr(codegen.Emitter, "scratch_room", lambda self: 0)
+    monkeypatch.setattr(codegen.Emitter, "scratch_free", lambda self: 1 << 30)
+
+
+@pytest.mark.parametrize("mode", ["bands", "wide", "one", "whole"])
 def test_layers_exact_on_host(mode, monkeypatch):
     # each layer is written over its (transposed) input. bands: row bands, the
     # smallest first (3 pair-rows); wide: the bands a layer not in place takes;
-    # one: one channel at a time over the whole plane wherever it applies
-    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "always" if mode == "one" else "never")
+    # one: one channel at a time over the whole plane wherever it applies;
+    # whole: 4 channels' planes holding every line wherever they apply
+    if mode == "whole":
+        _whole_everywhere(monkeypatch)
+    else:
+        monkeypatch.setattr(dsp_dw, "ONE_PLANE", "always" if mode == "one" else "never")
     if mode == "wide":
         monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)
     c, _ = _check(LAYERS, seed=21)
@@ -95,6 +108,8 @@ def test_layers_exact_on_host(mode, monkeypatch):
         assert kp == {"4", "5"}, kp     # 5 pair-rows per column, 4 for the 62-column layer
     elif mode == "bands":
         assert kp == {"3"}, kp
+    elif mode == "whole":        # every line in one band: as many pair-rows as that takes
+        assert len(kp) >= 5 and not any("_one" in k for k in _kernels(c.header)), kp
     else:
         one = sum("qdw2_dsp" in ln and "_one(" in ln for ln in calls)
         assert one == sum(u for _, u in LAYERS), calls
@@ -204,14 +219,17 @@ def _have_cross() -> bool:
 
 
 @pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed")
-@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps2-an505"])
+@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps2-an505", "qemu-mps2-an500"])
 def test_on_qemu(board, monkeypatch):
-    """The real instructions on M4 / M33: several shapes, both variants of
-    the negative-rounding correction, outputs equal the reference; the
+    """The real instructions on M4 / M33 / M7: several shapes, both variants
+    of the negative-rounding correction, outputs equal the reference; the
     one-channel planes on the M4 (every layer here takes them), the row
-    bands on the M33."""
+    bands on the M33, 4 channels' planes holding every line on the M7."""
     from cuvil_mcu.sim import qemu
-    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "always" if board == "qemu-mps2-an386" else "never")
+    if board == "qemu-mps2-an500":
+        _whole_everywhere(monkeypatch)
+    else:
+        monkeypatch.setattr(dsp_dw, "ONE_PLANE", "always" if board == "qemu-mps2-an386" else "never")
     layers = [LAYERS[i] for i in (0, 2, 3, 4, 5, 9, 10, 12)]
     model, feeds = build([spec for spec, _ in layers], seed=25)
     c = compile_model(model, board=board)
@@ -222,6 +240,8 @@ def test_on_qemu(board, monkeypatch):
     assert any(k.startswith("qdw2_dsp_z") for k in kern) and any(k.startswith("qdw2_dsp_n") for k in kern), kern
     one = [k for k in kern if k.endswith("_one")]
     assert len(one) == (len(kern) if board == "qemu-mps2-an386" else 0), kern
+    if board == "qemu-mps2-an500":
+        assert "_kp3" not in "".join(kern), kern
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, r.outputs):

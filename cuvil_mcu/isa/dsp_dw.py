@@ -378,7 +378,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # has that much free at this step in the leanest plan: each input converted
     # once, 4 channels at a time; written over its input with no lag (a
     # group's outputs replace inputs already in its planes)
-    whole = (not take_one and one is not None and ONE_PLANE != "always" and 4 * one[0] <= WHOLE_MAX
+    whole = (not take_one and one is not None and ONE_PLANE == "auto" and 4 * one[0] <= WHOLE_MAX
              and 2 * 4 * one[0] <= k.scratch_free())
     if take_one or whole:
         trans, kp, band = one[4], one[1], (oh if not one[4] else ow, one[2])
