@@ -293,7 +293,10 @@ def emit(node, x, w, outs, k, p) -> bool:
     nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
     name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
         + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw else "") + ("_rev" if rev else "")
-    fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp,
+    # the block loop in assembly: one naked function per kind, shared by the kernels (flash)
+    blocks = k.kernel("qconv2_blocks_dsp", {"name": ("nc" if corr else "n") + (f"_k{nkp}" if nkp else ""),
+                                            "nkp": nkp, "corr": corr}) if nat else ""
+    fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp, "blocks": blocks,
                                  "plan": plan, "kh": kh, "ll": kw * c, "nat": nat, "corr": corr,
                                  "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev})
     wsym = k.const(pack_weights(wpad, pairs), f"{w.name}_dsp2")
