@@ -13,11 +13,14 @@ below):
   per output-channel pair one int16 256*w[m+1] + w[m] per input, so one
   weight word + one SXTB16 feed two SMLADs that give both channels' sums
   (the high one recovered as (T - B) >> 8, exact under a per-pair bound);
-  2 pixels x 2 pairs per pass, 14 instructions per 16 MACs.
+  2 pixels x 2 pairs per pass, 15 cycles per 16 MACs on the M4 (the block
+  loop in one shared assembly function).
 - dsp_dw.py -> qdw2_dsp: depthwise on per-channel planes of vertical
   halfword pairs, 2 outputs per pass, 4-instruction requantization.
 - dsp_fc.py -> qfc2_dsp: fully connected with the paired-channel halfwords,
-  each activation word shared by 3 channel pairs.
+  each activation word shared by 4 channel pairs.
+- emit_qadd -> qadd_tab_dsp: QLinearAdd with each input's scaled value
+  looked up in a 256-entry table (add_tables).
 
 Handled (else the functions return False and the portable kernel runs):
 - qconv, general (QLinearConv, NHWC, one group, dilation 1) -> qconv_dsp:

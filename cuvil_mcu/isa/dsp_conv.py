@@ -22,10 +22,16 @@ plain-C equivalent computes modulo 2^32).
 Kernel: 2 output pixels x 2 channel pairs (4 channels) per pass. Per pass
 the 2 pixels' K inputs are split into halfword pairs (SXTB16 bytes (0, 2),
 SXTB16 ror 8 bytes (1, 3) of each 4-byte group) interleaved
-xe[K-pair][pixel]; per K-pair: 1 LDRD (both pixels), 2 weight loads, 2
-SXTB16, 8 SMLAD for 16 MACs, in inline assembly on Arm (13 registers
-pinned, post-increment addressing, 8 K-pairs per loop turn; C elsewhere
-and at -O0). Padding taps read x_zp (the bias has -x_zp * sum(w) folded
+xe[K-pair][pixel]; per K-pair: 2 activation and 2 weight loads, 2 SXTB16,
+8 SMLAD for 16 MACs. In the natural channel order (natural(): every real
+layer) the whole block loop of a pixel pair is one naked assembly function
+per kind (qconv2_blocks_dsp: sign fix or not, K unrolled up to NKP_UNROLL
+K-pairs or a loop of 8 entered by TBB), shared by the kernels: the four
+loads in a row (5 cycles on the M4 against 7 for LDRD + 2 LDR), the first
+K-pair starting the accumulators from the biases, the requantization rows
+(records_natural) read by LDM, stores by immediate offsets; elsewhere (the
+other orders, -O0 without the DSP extension, the host) the C loop with 13
+pinned registers or plain C. Padding taps read x_zp (the bias has -x_zp * sum(w) folded
 in), written straight into xe as halfword pairs. M is padded to a multiple
 of 4 with zero channels whose outputs are stored to a real channel of the
 same pass before that channel's own store (stores run B.hi, B.lo, A.hi,

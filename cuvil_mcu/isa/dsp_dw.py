@@ -18,6 +18,16 @@ the line's weight words (built from the flash taps per line), bias,
 multiplier and nudge stay in registers along the line. An odd output count
 ends with a pass over the last two outputs (the first recomputed).
 
+Three buffer layouts (emit chooses; the read/write order is declared for
+each, planner/windows.py): row bands of lb lines with 4 channels' planes
+(the default; written over its input the output lags one row), 4 channels'
+planes holding every line (one band: each input converted once; taken where
+the leanest plan has twice that much contiguous arena free, Emitter.
+scratch_free), and one channel's plane over the whole layer ("_one": taken
+for a layer written over its input whose bands would run lines along the
+shorter side, e.g. KWS 25 x 5; the output needs no lag, its scratch is
+small). The channel's weight words are built once per channel and band.
+
 Orientation: lines run along the output dimension with fewer outputs, so
 the inner loop runs along the longer one (KWS 25x5: along H). The kernel
 sees only (rows, columns) and byte strides; Python transposes the kernel
