@@ -297,19 +297,23 @@ def emit(node, x, w, outs, k, p) -> bool:
     corr = nat and int(p.rq.lo) < int(p.rq.zp)
     # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
     nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
+    gextra = 8 * kh + -(-kw * c // 4) * 4 + kh * kw * c if plan else 0    # (pointers: 8 bytes on a 64-bit host)
+    gs = bool(plan) and xe + gextra <= k.scratch_free()     # (the free bytes hold xe too)
     name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
-        + (f"_g{kh}x{kw * c}" if plan else "_pw" if pw else "") + ("_rev" if rev else "")
+        + (f"_g{kh}x{kw * c}" + "a" * gs if plan else "_pw" if pw else "") + ("_rev" if rev else "")
     # the block loop in assembly: one naked function per kind, shared by the kernels (flash)
     blocks = k.kernel("qconv2_blocks_dsp", {"name": ("nc" if corr else "n") + (f"_k{nkp}" if nkp else ""),
                                             "nkp": nkp, "corr": corr}) if nat else ""
     fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp, "blocks": blocks,
-                                 "plan": plan, "kh": kh, "ll": kw * c, "nat": nat, "corr": corr,
+                                 "plan": plan, "kh": kh, "ll": kw * c, "k4": k4, "gs": gs, "nat": nat, "corr": corr,
                                  "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev})
     wsym = k.const(pack_weights(wpad, pairs), f"{w.name}_dsp2")
     rec = records_natural(folded, m, mult) if nat else records(pairs, folded, m, mode, mult, second)
     rsym = k.const(rec.astype(np.int32), f"{node.name}_pairs")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
-    bufs = k.scratch_buf(xe, "int32_t")
+    # the gather's row pointers, zero row and border copies follow xe in the arena
+    # where the leanest plan has that room at this step (gs; else on the stack)
+    bufs = k.scratch_buf(xe + (gextra if gs else 0), "int32_t")
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_dsp: pixel pairs from the last down"), "rev")
