@@ -275,3 +275,29 @@ def test_bad_input_one_line(tmp_path, capsys):
         assert code == 2 and len(err) == 1 and err[0].startswith("cuvil-mcu: error: "), (f.name, code, err)
         assert all(w in err[0] for w in words), f"{f.name}: {err[0]!r} lacks {words}"
         assert files_in(out) == [], f"{f.name}: {files_in(out)} written"
+
+
+def upsample_layers(seed: int = 0):
+    """The int8 ConvTranspose and Resize layers every board runs
+    (tests/test_layers_on_boards.py): test_convtranspose's cases plus
+    shapes for the DSP / Helium kernels' paths (C % 4 != 0, odd M, merged
+    phases, M % 4 != 0), and bilinear / nearest Resizes on another input."""
+    from test_convtranspose import INT8_CASES, qdq_model
+    extra = [((1, 5, 4, 4), (5, 7, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]), True, True),
+             ((1, 16, 3, 5), (16, 8, 2, 2), dict(strides=[2, 2]), True, False),
+             ((1, 12, 4, 4), (12, 9, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True, False)]
+    model, feeds = qdq_model(seed=seed, cases=INT8_CASES + extra)
+    g = model.graph
+    g.initializer.extend([helper.make_tensor("roi", 1, [0], [])])
+    g.input.append(helper.make_tensor_value_info("r", 3, [1, 5, 6, 7]))
+    for i, (mode, coord, sc) in enumerate([("linear", "half_pixel", (1, 1, 2, 2)),
+                                           ("linear", "align_corners", (1, 1, 1.5, 0.6)),
+                                           ("nearest", "asymmetric", (1, 1, 2, 3))]):
+        g.initializer.append(helper.make_tensor(f"rs{i}", 1, [4], list(sc)))
+        g.node.extend([helper.make_node("DequantizeLinear", ["r", "xs", "xz"], [f"rf{i}"]),
+                       helper.make_node("Resize", [f"rf{i}", "roi", f"rs{i}"], [f"ro{i}"], mode=mode,
+                                        coordinate_transformation_mode=coord),
+                       helper.make_node("QuantizeLinear", [f"ro{i}", "xs", "xz"], [f"r{i}"])])
+        g.output.append(helper.make_tensor_value_info(f"r{i}", 3, None))
+    feeds["r"] = np.random.RandomState(seed + 1).randint(-128, 128, (1, 5, 6, 7)).astype(np.int8)
+    return model, feeds

@@ -329,3 +329,9 @@ def emit_qgemm(op, node, ins, outs, k, prm) -> bool:
     gsym = k.const(np.array([vals[f] for f in QFC_FIELDS], np.int32), "qfc_dsp_geo")
     k.line(f"{fn}({prm['y']}, {prm['a']}, {b_sym}, {c_sym}, {gsym}, {msym}, {ssym});")
     return True
+
+
+def emit_qconvt(op, node, ins, outs, k, p) -> bool:
+    """cuvil.QConvTranspose: one qconvt_dsp call per output phase (dsp_convt.py)."""
+    from . import dsp_convt
+    return dsp_convt.emit(node, ins, outs, k, p)

@@ -504,3 +504,9 @@ def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
            f"{k.const(th.reshape(-1).astype(np.int32), 'pool_rows')}, "
            f"{k.const(tw.reshape(-1).astype(np.int32), 'pool_cols')}, {k.const(rc.view(np.int32), 'pool_recip')});")
     return True
+
+
+def emit_qconvt(op, node, ins, outs, k, params) -> bool:
+    """cuvil.QConvTranspose: qconvt_mve calls over the output phases (mve_convt.py)."""
+    from . import mve_convt
+    return mve_convt.emit(node, ins, outs, k, params)
