@@ -117,6 +117,7 @@ INT8_CASES = [
     ((1, 6, 4, 5), (6, 1, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1], group=6), False, True),
     ((1, 5, 7), (5, 4, 3), dict(strides=[2], pads=[1, 0]), True, False),
     ((1, 4, 3, 3), (4, 4, 3, 3), dict(strides=[3, 2], dilations=[2, 1], output_shape=[10, 8]), False, False),
+    ((1, 8, 6, 7), (8, 4, 3, 3), dict(strides=[2, 2], pads=[4, 3, 4, 3]), True, False),   # phases start inside x
 ]
 
 
