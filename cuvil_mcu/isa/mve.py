@@ -510,3 +510,15 @@ def emit_qconvt(op, node, ins, outs, k, params) -> bool:
     """cuvil.QConvTranspose: qconvt_mve calls over the output phases (mve_convt.py)."""
     from . import mve_convt
     return mve_convt.emit(node, ins, outs, k, params)
+
+
+def emit_qresize(op, node, ins, outs, k, variant) -> bool:
+    """cuvil.QResize bilinear, TFLM's recipe (fixed mode) on int8: the
+    kernel's Helium loop (4 channels a vector, qresize_s8.c.j2). Marks the
+    variant and lets the op render it (returns False: the call is the op's)."""
+    if variant["rq"] == "fixed" and variant["xt"] == "int8_t":
+        k.kernel("requant_mve")     # arm_mve.h, included once for every Helium kernel
+        variant["mve"] = True
+        variant["c4"] = outs[0].shape[-1] % 4 == 0 and bool(node.attrs.get("_channels_last"))
+        variant["name"] += "_mve" + ("4" if variant["c4"] else "")
+    return False

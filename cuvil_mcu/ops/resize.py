@@ -74,7 +74,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .. import quant
+from .. import isa, quant
 from .base import Op, register, shape_error, unsupported
 from .qelementwise import CODES, CTYPES, F32, INT8_TYPES, requant_mode, unary_qparams
 
@@ -625,7 +625,10 @@ class QResize(Op):
             extra = (f", {k.const(v.wy.reshape(-1), f'{node.name}_wy')}, {k.const(v.wx.reshape(-1), f'{node.name}_wx')}"
                      f", {k.const(deq, f'{node.name}_deq')}, {k.f32(xs)}, {xz}")
         g = k.const(np.array([geo[f] for f in RESIZE_FIELDS], np.int32), "resize_geo")
-        fn = k.kernel("qresize_s8", {"name": f"{mode}_{CODES[dt]}", "rq": mode, "fields": RESIZE_FIELDS,
-                                     "xt": CTYPES[dt], "lo": lo, "hi": hi})
+        variant = {"name": f"{mode}_{CODES[dt]}", "rq": mode, "fields": RESIZE_FIELDS, "xt": CTYPES[dt],
+                   "lo": lo, "hi": hi}
+        # isa modules may add their loop (variant["mve"]: Helium, 4 channels a vector, int8 fixed)
+        isa.emit("qresize", self, node, ins, outs, k, variant)
+        fn = k.kernel("qresize_s8", variant)
         k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {g}, {k.const(rows, f'{node.name}_rows')}, "
                f"{k.const(cols, f'{node.name}_cols')}{extra});")
