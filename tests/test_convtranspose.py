@@ -9,7 +9,6 @@ many independent layers so each check is one compile."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from onnx import helper
 
 from cuvil_mcu.compiler import compile_model

@@ -6,8 +6,12 @@ in both modes; float mode == onnxruntime bit for bit; fixed mode ==
 TensorFlow Lite Micro's integer recipe, checked against a plain
 transcription here and within 2 LSB of the float mode), the C builds
 (-Werror, C99/C11/C++, sanitizers) of float, int8 ConvTranspose and Resize
-layers together, and bad input through the CLI."""
+layers together, the float kernels on an emulated Cortex-M4F, and bad
+input through the CLI. (The int8 layers run on every emulated core in
+test_layers_on_boards.py, built by `upsample_layers` below.)"""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -301,3 +305,35 @@ def upsample_layers(seed: int = 0):
         g.output.append(helper.make_tensor_value_info(f"r{i}", 3, None))
     feeds["r"] = np.random.RandomState(seed + 1).randint(-128, 128, (1, 5, 6, 7)).astype(np.int8)
     return model, feeds
+
+
+@pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
+                    reason="needs apt packages gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm")
+def test_float_layers_on_cortex_m4():
+    """The float kernels (ConvTranspose phases, bilinear / nearest / cubic
+    Resize) on the emulated Cortex-M4F: nearest and bilinear equal the host
+    reference bit for bit (IEEE single, no contraction), ConvTranspose and
+    cubic within 1e-6 of the output range."""
+    from cuvil_mcu import reference
+    from cuvil_mcu.sim import qemu
+    rng = np.random.RandomState(4)
+    nodes = [node("ConvTranspose", ["x", "w"], ["t"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+             node("ConvTranspose", ["x", "w1"], ["u"], strides=[2, 2], group=3)]
+    outs = ["t", "u"]
+    for i, mode in enumerate(("linear", "nearest", "cubic")):
+        nodes.append(node("Resize", ["x", "", "s"], [f"r{i}"], mode=mode))
+        outs.append(f"r{i}")
+    model = make_model(nodes, {"x": ((1, 3, 4, 5), "float32")}, outs,
+                       {"w": rng.randn(3, 2, 3, 3).astype(np.float32), "w1": rng.randn(3, 2, 2, 2).astype(np.float32),
+                        "s": np.array([1, 1, 2, 1.5], np.float32)}, opset=13)
+    c = compile_model(model, board="qemu-mps2-an386")
+    x = rng.randn(1, 3, 4, 5).astype(np.float32)
+    r = qemu.simulate(c, [x[None]])
+    assert "warning:" not in r.warnings, r.warnings
+    ref = reference.run(c.graph, {"x": x})
+    for name, y in zip(c.graph.outputs, r.outputs):
+        e = ref[name]
+        if name in ("r0", "r1"):
+            assert_exact(y[0], e, f"{name} on the M4 vs reference")
+        else:
+            assert np.abs(y[0] - e).max() <= 1e-6 * np.abs(e).max(), f"{name}: {np.abs(y[0] - e).max()}"
