@@ -524,10 +524,12 @@ def tflm_axis(coord: str, scale, lin: int, lout: int) -> np.ndarray:
         s10 = math.floor(1024 * r + Fraction(1, 2))
     rows = []
     for o in range(lout):
-        if coord in ("half_pixel", "pytorch_half_pixel") and not (coord == "pytorch_half_pixel" and lout == 1):
-            v = o * s10 + s10 // 2 - 512
-        elif coord in ("align_corners", "asymmetric") or (coord == "pytorch_half_pixel" and lout == 1):
-            v = o * s10 if coord != "pytorch_half_pixel" else 0
+        if coord == "pytorch_half_pixel" and lout == 1:
+            v = 0                                   # its coordinate of a single output
+        elif coord in ("half_pixel", "pytorch_half_pixel"):
+            v = o * s10 + s10 // 2 - 512            # TFLM's half_pixel_centers
+        elif coord in ("align_corners", "asymmetric"):
+            v = o * s10
         else:
             v = math.floor(float(original(coord, o, scale, lout, lin)) * 1024 + 0.5)
         i0 = min(max(int(v / 1024), 0), lin - 1)            # C division truncates toward zero
