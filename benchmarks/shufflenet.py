@@ -1,0 +1,84 @@
+"""ShuffleNet (v1, 4 groups: examples/shufflenet_g4_int8.onnx, made by
+examples/make_shufflenet.py) on the QEMU boards: MACs, instructions per
+inference and per MAC, arena, text+rodata, outputs against the host
+reference; --layers adds the per-node profile of one board (issue #13 item
+3: grouped convolutions and the channel-shuffle fold; goal <= 2.0
+instructions/MAC on the Cortex-M4).
+
+    python benchmarks/shufflenet.py                                   # an386 (M4) and an547 (M55)
+    python benchmarks/shufflenet.py --boards qemu-mps2-an385,qemu-mps2-an386 --layers qemu-mps2-an386
+
+Method: as benchmarks/run.py (the bare-metal firmware of `cuvil-mcu sim`,
+arm-none-eabi-gcc -O2, QEMU -icount shift=0, SysTick around <prefix>_run),
+one seeded random image (uniform in [-1, 1]); the node counts say what runs
+(Transposes left, grouped-conv kernels chosen).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+from cuvil_mcu.compiler import compile_model  # noqa: E402
+from cuvil_mcu.sim import profile, qemu  # noqa: E402
+
+MODEL = ROOT / "examples" / "shufflenet_g4_int8.onnx"
+GOALS = {"qemu-mps2-an386": 2.0}
+
+
+def image(c) -> np.ndarray:
+    t = c.graph.tensors[c.graph.inputs[0]]
+    return np.random.RandomState(0).uniform(-1, 1, (1,) + t.shape).astype(np.float32)
+
+
+def kernel_calls(header: str) -> Counter:
+    """Calls per kernel family in the model body (<prefix>__<template>_...)."""
+    return Counter(re.sub(r"_(s8|fast|fixed|mid|fastu)\w*$", "", m)
+                   for m in re.findall(r"^\s+\w+?__(\w+)\(", header, re.M))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--boards", default="qemu-mps2-an386,qemu-mps3-an547")
+    ap.add_argument("--layers", default="", help="a board to profile node by node")
+    ap.add_argument("--model", default=str(MODEL))
+    args = ap.parse_args(argv)
+    bad = 0
+    print(f"{'board':18s} {'MACs':>12s} {'instructions':>13s} {'instr/MAC':>9s} {'arena':>9s} {'text+ro':>9s} "
+          f"{'Transposes':>10s}  outputs")
+    for board in [b for b in args.boards.split(",") if b]:
+        c = compile_model(args.model, board=board)
+        x = image(c)
+        r = qemu.simulate(c, x, board, timeout=1200)
+        cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, x), c.graph.outputs)
+        per = r.instructions / c.macs
+        ops = Counter(n.op_type for n in c.graph.nodes)
+        goal = GOALS.get(board)
+        verdict = "" if goal is None else f"  goal <= {goal}: {'ok' if per <= goal else 'MISSED'}"
+        print(f"{board:18s} {c.macs:>12,} {r.instructions:>13,} {per:>9.3f} {c.plan.arena_size:>9,} {r.text:>9,} "
+              f"{ops['Transpose']:>10}  {'exact' if cmp.ok else 'MISMATCH'}{verdict}", flush=True)
+        calls = kernel_calls(c.header)
+        print(f"{'':18s} kernels: " + ", ".join(f"{k} x{v}" for k, v in sorted(calls.items())), flush=True)
+        bad += not cmp.ok
+    if args.layers:
+        c = compile_model(args.model, board=args.layers)
+        _, comments = profile.instrument(c.header, c.prefix)
+        p = profile.run(c, image(c), args.layers, timeout=1200)
+        print(f"\n{'#':>3} {'instr':>11} {'MACs':>11} {'i/MAC':>6} {'%':>5}  node ({args.layers})")
+        for layer in p.layers:
+            per = f"{layer.instructions / layer.macs:6.2f}" if layer.macs else "     -"
+            share = 100 * layer.instructions / p.instructions if p.instructions else 0
+            print(f"{layer.index:3d} {layer.instructions:11,} {layer.macs:11,} {per} {share:5.1f}  "
+                  f"{comments[layer.index][:90]}")
+        print(f"    {p.instructions:11,} {c.macs:11,} {p.instructions / c.macs:6.3f}        total")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
