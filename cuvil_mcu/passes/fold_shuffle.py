@@ -25,8 +25,10 @@ with constant indices p, then, in this order of preference:
 3. else the Gather stays: one copy, and the layout pass moves the NCHW /
    NHWC transposes around it so that it is the only one.
 
-The pass runs before the layout pass (NCHW graphs) and again after it (NHWC
-chains, and Gathers the layout pass moved next to a convolution).
+A Gather between a Transpose and its inverse (the shuffle written in the
+other layout) becomes one Gather on the corresponding axis first. The pass
+runs before the layout pass (NCHW graphs) and again after it (NHWC chains,
+and Gathers the layout pass moved next to a convolution).
 """
 from __future__ import annotations
 
@@ -215,12 +217,39 @@ def _into_consumers(g: Graph, gather: Node, axis: int, p: np.ndarray) -> bool:
     return True
 
 
+def _between_transposes(g: Graph, gather: Node, axis: int, p: np.ndarray) -> tuple[int, np.ndarray]:
+    """Transpose(perm) -> Gather -> Transpose(perm^-1) (a shuffle written in
+    the other layout, e.g. NHWC inside an NCHW model) is one Gather of the
+    first Transpose's input, on axis perm[axis]."""
+    prod, cons = g.producers(), g.consumers()
+    t1 = prod.get(gather.inputs[0])
+    users = cons.get(gather.outputs[0], [])
+    if t1 is None or t1.op_type != "Transpose" or len(users) != 1 or users[0].op_type != "Transpose":
+        return axis, p
+    t2 = users[0]
+    rank = len(g.tensors[gather.inputs[0]].shape)
+    p1 = [int(v) for v in (t1.attr("perm") or list(range(rank))[::-1])]
+    p2 = [int(v) for v in (t2.attr("perm") or list(range(rank))[::-1])]
+    if [p1[i] for i in p2] != list(range(rank)) or len(cons.get(t1.outputs[0], [])) != 1 \
+            or g.tensors[t1.inputs[0]].is_const or gather.outputs[0] in g.outputs or t1.outputs[0] in g.outputs:
+        return axis, p
+    gather.inputs[0] = t1.inputs[0]
+    gather.attrs["axis"] = axis = p1[axis]
+    gather.outputs[0] = t2.outputs[0]
+    gather.fused += [f"Transpose '{t1.name}'", f"Transpose '{t2.name}'"]
+    at = [i for i, n in enumerate(g.nodes) if n is t2][0]
+    g.nodes[at] = gather      # (t2's place: its input is produced before it)
+    g.nodes = [n for i, n in enumerate(g.nodes) if n is not t1 and not (n is gather and i != at)]
+    return axis, p
+
+
 def run(g: Graph) -> Graph:
     changed = _chains_to_gathers(g)
     for n in list(g.nodes):
         found = _permutation(g, n)
         if found is None:
             continue
+        found = _between_transposes(g, n, *found)
         if _into_producer(g, n, *found) or _into_consumers(g, n, *found):
             changed = True
     if changed:
