@@ -59,6 +59,18 @@ def kernel_calls(header: str, prefix: str) -> Counter:
     return Counter(calls)
 
 
+def kind(g, n) -> str:
+    """A node's family for the profile summary (convolutions by groups)."""
+    if n.op_type != "QLinearConv":
+        return n.op_type
+    groups, c = int(n.attrs.get("group", 1)), g.tensors[n.inputs[0]].shape[-1]
+    k = "x".join(str(d) for d in g.tensors[n.inputs[3]].shape[2:])
+    if groups == 1:
+        return f"QLinearConv {k}"
+    return f"QLinearConv {k} depthwise" if groups == c else f"QLinearConv {k}, {groups} groups" + (
+        ", shuffle folded" if n.attrs.get("_ochan") is not None else "")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--boards", default="qemu-mps2-an386,qemu-mps3-an547")
@@ -66,13 +78,19 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=str(MODEL))
     args = ap.parse_args(argv)
     boards.all_boards = _boards_with_room
+    build = qemu.build
+
+    def build_with_room(compiled, inputs, board, opt=qemu.firmware.OPT, extra_cflags=()):
+        extra = list(extra_cflags) + (WEIGHTS_IN_RAM if board.id in BIG_FLASH else [])
+        return build(compiled, inputs, board, opt, extra)
+    qemu.build = build_with_room   # (the profiling build of sim/profile.py too)
     bad = 0
     print(f"{'board':18s} {'MACs':>12s} {'instructions':>13s} {'instr/MAC':>9s} {'arena':>9s} {'text+ro':>9s} "
           f"{'Transposes':>10s}  outputs")
     for board in [b for b in args.boards.split(",") if b]:
         c = compile_model(args.model, board=board)
         x = image(c)
-        r = qemu.simulate(c, x, board, timeout=1200, extra_cflags=WEIGHTS_IN_RAM if board in BIG_FLASH else ())
+        r = qemu.simulate(c, x, board, timeout=1200)
         cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, x), c.graph.outputs)
         per = r.instructions / c.macs
         ops = Counter(n.op_type for n in c.graph.nodes)
@@ -94,6 +112,16 @@ def main(argv=None) -> int:
             print(f"{layer.index:3d} {layer.instructions:11,} {layer.macs:11,} {per} {share:5.1f}  "
                   f"{comments[layer.index][:90]}")
         print(f"    {p.instructions:11,} {c.macs:11,} {p.instructions / c.macs:6.3f}        total")
+        kinds: dict = {}
+        for layer in p.layers:
+            k = kinds.setdefault(kind(c.graph, c.graph.nodes[layer.index]), [0, 0, 0])
+            k[0] += 1
+            k[1] += layer.instructions
+            k[2] += layer.macs
+        print(f"\n{'kind':34s} {'nodes':>5} {'instr':>12} {'%':>5} {'MACs':>12} {'i/MAC':>6}")
+        for name, (n, ins, macs) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+            per = f"{ins / macs:6.2f}" if macs else "     -"
+            print(f"{name:34s} {n:5d} {ins:12,} {100 * ins / p.instructions:5.1f} {macs:12,} {per}")
     return 1 if bad else 0
 
 

@@ -302,6 +302,33 @@ def test_fold_into_consumer_or_gather(monkeypatch):
     np.testing.assert_allclose(run_c(m2, feeds)[0], run_ort(m2, feeds)[0], rtol=0, atol=1e-6)
 
 
+def test_gather_left_in_nhwc(tmp_path):
+    """int8: a shuffle after a depthwise conv (no _ochan there) read by a
+    MaxPool stays one Gather, which the layout pass runs in NHWC (on the
+    channel axis, 3) with no Transpose around it."""
+    rng = np.random.RandomState(6)
+    c, h, w = 8, 6, 6
+    sn, si = _shuffle_nodes(0, "d", (1, c, h, w), 2, "sh")
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["d"], group=c, pads=[1, 1, 1, 1])] + sn + \
+        [helper.make_node("MaxPool", ["sh"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Conv", ["p", "w2"], ["y"])]
+    inits = {"w1": rng.randn(c, 1, 3, 3).astype(np.float32), "b1": rng.randn(c).astype(np.float32),
+             "w2": rng.randn(4, c, 1, 1).astype(np.float32), **si}
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, [1, c, h, w])],
+                          [helper.make_tensor_value_info("y", 1, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    feeds = {"x": rng.uniform(-1, 1, (1, c, h, w)).astype(np.float32)}
+    model = quantized(m, feeds, tmp_path)
+    cm = compile_model(model, board="qemu-mps2-an386", verify_each=True)
+    ops = [(n.op_type, n.attrs.get("axis")) for n in cm.graph.nodes]
+    i = ops.index(("Gather", 3))
+    assert [o for o, _ in ops[i - 1:i + 2]] == ["QLinearConv", "Gather", "cuvil.QMaxPool"], ops
+    assert [o for o, _ in ops].count("Transpose") == 2, ops
+    assert_exact(run_host(cm, feeds)[0], reference.run(cm.graph, feeds)["y"], "C vs reference")
+
+
 @pytest.mark.parametrize("nhwc", [False, True])
 def test_fold_int8_qdq(nhwc, tmp_path, monkeypatch):
     """quantize_static's QDQ unit: folded == unfolded (bit for bit), the

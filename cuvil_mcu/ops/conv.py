@@ -13,7 +13,9 @@ multiply-add: output rows/columns whose kernel window lies inside the input
 rows/columns read their valid kernel range and first input index from small
 tables computed here. Small kernels (KH*KW <= MAX_FIXED_TAPS) get a variant
 with the kernel size fixed at compile time so the C compiler unrolls the
-interior loops.
+interior loops. A layer carrying `_ochan` (a channel shuffle folded into it,
+see out_channels) runs on `conv2d_f32`, which stores each output channel
+plane at its position.
 """
 from __future__ import annotations
 

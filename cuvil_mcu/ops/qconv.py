@@ -17,6 +17,11 @@ channels ([M][kH][kW][C/group]); the depthwise kernel reads [kH][kW][C*mult]
 the same kernels through element strides. Weights are stored with their zero
 point subtracted (int8 when the values fit, else int16).
 
+A channel shuffle after the layer may be folded into it (passes/
+fold_shuffle.py): `_ochan` then says at which channel position each output
+channel is stored (ops/conv.py out_channels); the reference and every
+kernel place the channels so.
+
 Where the whole kernel window lies inside the input (the interior, see
 ops/conv.py), the input offset is folded into the bias at compile time:
 sum w * (x - x_zp) = sum w * x - x_zp * sum w, so the interior inner loop is
