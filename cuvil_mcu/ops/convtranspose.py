@@ -461,7 +461,7 @@ class QConvTranspose(Op):
             k.kernel(f"requant_{p.rq.mode}")
             fn = k.kernel(template, {"name": name, "xt": CTYPES[x.dtype], "wt": CTYPES[wk.dtype.name],
                                      "yt": CTYPES[y.dtype], "rq": p.rq.mode, "cl": bool(p.cl),
-                                     "fields": QCONV_FIELDS, "unused": unused, "rev": False})
+                                     "fields": QCONV_FIELDS, "unused": unused, "rev": False, "omap": False})
             wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
             bsym = k.const(plan.b2, f"{node.name}_bias")
             g = k.const(arr.astype(np.int32), "qconv_geo")
