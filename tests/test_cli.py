@@ -280,7 +280,7 @@ def test_gen_writes_header_and_plan(models, tmp_path):
     r = cli("gen", models / "small.onnx", "--name", "kws", "-o", out, "--plan-out", plan)
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
-    assert files_in(out) == ["kws.h"]
+    assert files_in(out) == [".cuvil-mcu-files", "kws.h"]
     header = (out / "kws.h").read_text()
     assert "int kws_run(void *arena);" in header and "#define KWS_ARENA_SIZE" in header
     doc = json.loads(plan.read_text())
