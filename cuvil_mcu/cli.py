@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import CuvilError, InputError, one_line
+from .errors import CuvilError, InputError, ToolError, one_line
 
 
 def _write(files: dict[Path, str | bytes], args, **kw) -> list[Path]:
@@ -507,7 +507,11 @@ def main(argv: list[str] | None = None) -> int:
             ap.commands[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
         return args.fn(args)
     except CuvilError as e:
-        print(f"cuvil-mcu: error: {one_line(e)}", file=sys.stderr)
+        head, _, log = str(e).partition("\n")
+        if isinstance(e, ToolError) and log:   # a compiler's or simulator's own output, shown as it said it
+            print(f"cuvil-mcu: error: {one_line(head)}\n{log}", file=sys.stderr)
+        else:
+            print(f"cuvil-mcu: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code
     except (KeyboardInterrupt, outputs.Interrupted) as e:
         signum = getattr(e, "signum", 2)

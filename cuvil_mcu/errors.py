@@ -54,4 +54,5 @@ class InputError(CuvilError):
 
 
 class ToolError(CuvilError):
-    """A required external tool (compiler, simulator) is missing or failed."""
+    """A required external tool (compiler, simulator) is missing or failed.
+    Lines after the first are that tool's own output (printed as it is)."""
