@@ -121,9 +121,8 @@ def cmd_gen(args) -> int:
 def _check_early(args) -> None:
     """What can be refused before compiling: --plan-out onto an input or onto
     the header."""
-    from .compiler import check_name
-    from .outputs import check_clashes
-    header = Path(args.output) / f"{check_name(args.name)}.h"
+    from .outputs import check_clashes   # (nothing heavy: this runs before a cache hit)
+    header = Path(args.output) / f"{args.name.lower()}.h"
     outs = [("the header", header)] + ([("--plan-out", Path(args.plan_out))] if args.plan_out else [])
     check_clashes(outs, _inputs(args))
 
@@ -499,7 +498,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from . import outputs
-    outputs.install_signal_handlers()
+    with outputs.signals_raise():
+        return _main(argv)
+
+
+def _main(argv) -> int:
+    from . import outputs
     try:
         ap = parser()
         args, extra = ap.parse_known_args(argv)

@@ -13,7 +13,7 @@ never over a file the user wrote.
   else -- the user's main.c or Makefile, an edited generated file -- stops
   the run naming the files, unless `force`.
 - Every file is staged under a temporary name in its folder and renamed only
-  once all are staged; SIGINT/SIGTERM (with `install_signal_handlers`)
+  once all are staged; SIGINT/SIGTERM (inside `signals_raise()`)
   during that are held back until the staged files are renamed or removed,
   so an interrupted run leaves no `.name.XXXXXXXX` behind.
 - OS errors (name too long, file-size limit, disk full, permission) become
@@ -43,7 +43,7 @@ class OutputError(CuvilError):
 
 
 class Interrupted(Exception):
-    """SIGINT/SIGTERM arrived (raised by the handler `install_signal_handlers` sets)."""
+    """SIGINT/SIGTERM arrived (raised by the handler `signals_raise` sets)."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -63,11 +63,23 @@ def _on_signal(signum, frame):
     raise Interrupted(signum)
 
 
-def install_signal_handlers() -> None:
-    """SIGINT and SIGTERM raise Interrupted (so `finally` blocks and temporary
-    folders clean up), except inside `held_signals()`, where they wait."""
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, _on_signal)
+@contextmanager
+def signals_raise():
+    """While inside, SIGINT and SIGTERM raise Interrupted (so `finally` blocks
+    and temporary folders clean up), except inside `held_signals()`, where
+    they wait; the previous handlers come back on exit. (Only the main thread
+    can set handlers: elsewhere this does nothing.)"""
+    old = {}
+    try:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            old[s] = signal.signal(s, _on_signal)
+    except ValueError:
+        pass
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 @contextmanager
