@@ -1,8 +1,9 @@
-"""cuvil-mcu command line: gen | run | boards.
+"""cuvil-mcu command line: gen | run | sim | report | validate | boards | ops.
 
-User mistakes (CuvilError) print one line on stderr and exit non-zero; no
-traceback. Files are written only once everything succeeded, through a
-temporary name and an atomic rename, so a failed run leaves nothing behind.
+User mistakes (CuvilError, argparse's own) print one line on stderr and exit
+non-zero; no traceback. Files are written only once everything succeeded,
+all or none, never over an input of the run nor (gen) over a file gen did
+not write; SIGINT/SIGTERM leave nothing half-written (outputs.py).
 """
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def cmd_gen(args) -> int:
     def add(more: dict, what: str) -> None:
         for path in more:  # two emitters naming one file would silently keep only the last
             if path in files:
-                raise CuvilError(f"{what} and {labels[path]} both write {path}: a bug in cuvil-mcu's emitters")
+                raise RuntimeError(f"{what} and {labels[path]} both write {path}")   # a bug in an emitter
             labels[path] = what
         files.update(more)
 
@@ -129,9 +130,9 @@ def _check_early(args) -> None:
 
 def _print_gen(args, prefix: str, board: str, summary: str, written: list[Path]) -> None:
     from .outputs import listing
-    print(f"{args.model} -> {Path(args.output) / (prefix + '.h')}  (board {board})")
+    print(one_line(f"{args.model} -> {Path(args.output) / (prefix + '.h')}  (board {board})"))
     print(summary)
-    print(f"wrote    {listing(written, Path(args.output))}")
+    print(f"wrote    {one_line(listing(written, Path(args.output)))}")
 
 
 def _replay_gen(args, files, stored: str) -> int:
