@@ -26,7 +26,7 @@ from pathlib import Path
 
 FORMAT = 1
 # argparse fields that say where output goes or how gen runs, not what it makes
-NOT_KEYED = {"output", "plan_out", "no_cache", "fn", "cmd"}
+NOT_KEYED = {"output", "plan_out", "no_cache", "force", "fn", "cmd"}
 # emit targets whose output is a binary built by an external compiler
 COMPILER_EMITS = {"so": ("CC", "cc"), "wasm": ("CUVIL_WASM_CC", "clang")}
 

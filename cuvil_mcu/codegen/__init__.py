@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import ops
 from ..ir import C_TYPES, Graph, Tensor
+from ..isa import ORDER as ISA_ORDER
 from ..planner import ALIGN, Plan
 from .carray import c_array, c_comment, c_float, c_string
 
@@ -83,6 +84,9 @@ class Emitter:
     orders: dict = field(default_factory=dict)           # node name -> [(input index, variant, Order | callable)]
     room: dict | None = None     # node name -> arena bytes its kernels may take as scratch (None: none spare)
     _last_read: dict | None = None
+    # node name -> the ISA feature its kernels use on this target ("mve", "dsp", "neon"; absent: portable C),
+    # from the template names (kernels/*_dsp|_mve|_neon.c.j2) whose feature the board has; gen's summary says it
+    isa_used: dict = field(default_factory=dict)
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -197,6 +201,11 @@ class Emitter:
         function name. A variant dict is passed to the template and its
         'name' key suffixes the function name."""
         fname = f"{self.prefix}__{template}"
+        feature = template.rsplit("_", 1)[-1]
+        if self.node is not None and feature in ISA_ORDER and self.target is not None and self.target.has(feature):
+            was = self.isa_used.get(self.node.name)
+            if was is None or ISA_ORDER.index(feature) < ISA_ORDER.index(was):
+                self.isa_used[self.node.name] = feature
         if variant and variant.get("name"):
             fname += "_" + variant["name"]
         if fname not in self.kernels:
@@ -246,6 +255,7 @@ class Rendered:
     kernels: list[str]           # function names of the kernels emitted
     blob: bytes | None = None    # weights="separate": <name>.weights.bin (codegen/blob.py)
     stack_bound: int = 0         # bytes of stack <prefix>_run and its kernels take at most
+    isa_used: dict = field(default_factory=dict)   # node name -> ISA feature of its kernels (Emitter.isa_used)
 
 
 # Bytes of stack <prefix>_run and the kernels it calls may take, by the
@@ -357,7 +367,7 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         return _render_separate(ctx, k)
     text = env().get_template("model.h.j2").render(**ctx)
     return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels),
-                    stack_bound=ctx["stack_bound"])
+                    stack_bound=ctx["stack_bound"], isa_used=dict(k.isa_used))
 
 
 def _render_separate(ctx: dict, k: Emitter) -> Rendered:
@@ -377,7 +387,7 @@ def _render_separate(ctx: dict, k: Emitter) -> Rendered:
     ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
     text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
     return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash),
-                    stack_bound=ctx["stack_bound"])
+                    stack_bound=ctx["stack_bound"], isa_used=dict(k.isa_used))
 
 
 def _comment_safe(s: str) -> str:

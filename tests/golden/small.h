@@ -16,8 +16,9 @@
    Inputs and outputs live inside the arena (zero-copy); model_run_copy()
    copies them in and out instead. model_run may overwrite the inputs (layers
    write their outputs over what they consume): write them again before each
-   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
-   the arena: 480 bytes, aligned to 16.
+   run (cuvil-mcu gen --preserve-input keeps them). At run time the model
+   needs the arena (480 bytes, aligned to 16) and at most 512 bytes
+   of stack: MODEL_RAM_SIZE in all.
 
    Inputs:
      0: "x" float32 [1, 3, 4, 5]  (60 elements, 240 bytes)
