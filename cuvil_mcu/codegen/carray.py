@@ -60,7 +60,10 @@ def _int_lit(v: int, bits: int) -> str:
 
 
 def c_array(data: np.ndarray, per_line: int = 0) -> str:
-    """Body of a C initializer `{ ... }` for data (flattened, row-major)."""
+    """Body of a C initializer `{ ... }` for data (flattened, row-major), one
+    literal per element. Integers go through str() in C (map), not a Python
+    loop; floats through c_float (shortest round-trip text), so keep float
+    arrays given to this filter small (big constants print as words: c_words)."""
     flat = np.ascontiguousarray(data).reshape(-1)
     if flat.dtype == np.float32:
         items = [c_float(v) for v in flat.tolist()]
@@ -69,10 +72,16 @@ def c_array(data: np.ndarray, per_line: int = 0) -> str:
         items = [repr(float(v)) if math.isfinite(v) else ("INFINITY" if v > 0 else "-INFINITY") for v in flat.tolist()]
         per_line = per_line or 6
     elif flat.dtype == np.bool_:
-        items = [str(int(v)) for v in flat.tolist()]
+        items = list(map(str, flat.astype(np.uint8).tolist()))
     else:
         bits = flat.dtype.itemsize * 8
-        items = [_int_lit(int(v), bits) for v in flat.tolist()]
+        items = list(map(str, flat.tolist()))
+        if bits == 64:
+            items = [s + "LL" for s in items]
+        low = np.iinfo(flat.dtype).min
+        if bits >= 32 and low < 0 and (flat == low).any():   # no literal of its own
+            text = str(low) + ("LL" if bits == 64 else "")
+            items = [_int_lit(low, bits) if s == text else s for s in items]
         per_line = per_line or (16 if bits <= 16 else 10)
     per_line = per_line or 16
     if not items:
