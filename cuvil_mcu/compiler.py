@@ -34,6 +34,7 @@ class Compiled:
     weights_blob: bytes | None = None
     fp16_nodes: list[str] = field(default_factory=list)   # --precision: layers with IEEE half weights
     stack_bound: int = 0     # bytes of stack the run function and its kernels take at most
+    consts: list = field(default_factory=list)   # codegen.Const arrays the header (or blob) holds
 
     @property
     def in_specs(self):
@@ -223,4 +224,4 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob), samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
                     weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16],
-                    stack_bound=r.stack_bound)
+                    stack_bound=r.stack_bound, consts=r.consts)

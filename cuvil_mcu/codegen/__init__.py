@@ -271,6 +271,7 @@ class Rendered:
     kernels: list[str]           # function names of the kernels emitted
     blob: bytes | None = None    # weights="separate": <name>.weights.bin (codegen/blob.py)
     stack_bound: int = 0         # bytes of stack <prefix>_run and its kernels take at most
+    consts: list = field(default_factory=list)   # the Const arrays (symbol, C type, data), in or beside the header
 
 
 # Bytes of stack <prefix>_run and the kernels it calls may take, by the
@@ -381,8 +382,8 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
     if weights == "separate":
         return _render_separate(ctx, k)
     text = env().get_template("model.h.j2").render(**ctx)
-    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels),
-                    stack_bound=ctx["stack_bound"])
+    return Rendered(_squeeze_blank_lines(text), ctx["weights_bytes"], list(k.kernels),
+                    stack_bound=ctx["stack_bound"], consts=ctx["consts"])
 
 
 def _render_separate(ctx: dict, k: Emitter) -> Rendered:
@@ -397,12 +398,20 @@ def _render_separate(ctx: dict, k: Emitter) -> Rendered:
                     "crc_at": blob.CRC_AT, "crc_table": blob.crc_nibble_table(),
                     "hash": blob.HASH_PLACEHOLDER}
     tpl = env().get_template("model.h.j2")
-    text = re.sub(r"\n{3,}", "\n\n", tpl.render(**ctx))
+    text = _squeeze_blank_lines(tpl.render(**ctx))
     # The model file's name is a comment: the same code from a renamed file takes the same blobs.
     ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
     text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
     return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash),
-                    stack_bound=ctx["stack_bound"])
+                    stack_bound=ctx["stack_bound"], consts=consts)
+
+
+def _squeeze_blank_lines(text: str) -> str:
+    """Runs of blank lines the template's conditionals leave become one
+    (str.replace: a regex over a 50 MB header took a second and a half)."""
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
 
 
 def _comment_safe(s: str) -> str:
