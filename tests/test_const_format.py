@@ -26,6 +26,7 @@ import shared_models as sm
 from cuvil_mcu.codegen.carray import c_array
 from cuvil_mcu.compiler import compile_model
 from deploy_helpers import ROOT
+from helpers import header_consts
 
 KWS = ROOT / "examples" / "kws_float.onnx"
 STRICT = ["-O2", "-fstrict-aliasing", "-Wall", "-Wextra", "-Werror", "-pedantic"]
@@ -33,8 +34,11 @@ C_BUILDS = {"gcc": ["-std=c99"], "g++": ["-x", "c++", "-std=c++11"], "clang": ["
             "clang++": ["-x", "c++", "-std=c++17"]}
 
 
-def _has_nan(data: np.ndarray) -> bool:
-    return data.dtype.kind == "f" and bool(np.isnan(data).any())
+def _odd_nan(data: np.ndarray) -> bool:
+    """NaNs other than the one C's NAN is (c_array prints every NaN so)."""
+    if data.dtype != np.float32 or not np.isnan(data).any():
+        return data.dtype.kind == "f" and data.dtype != np.float32 and bool(np.isnan(data).any())
+    return bool((data[np.isnan(data)].view(np.uint32) != 0x7FC00000).any())
 
 
 def readback_source(c) -> str:
@@ -55,7 +59,7 @@ def readback_source(c) -> str:
                  "            fwrite(&v, sizeof v, 1, stdout);",
                  "            if (memcmp(&v, &w, sizeof v) != 0) bad |= 1;",
                  "        }"]
-        if not _has_nan(k.data):   # c_array prints every NaN as NAN
+        if not _odd_nan(k.data):   # c_array prints every NaN as NAN
             lines.append(f"static const {k.ctype} old_{j}[{n}] = {{{c_array(k.data)}}};")
             body += [f"        if (memcmp(old_{j}, {k.symbol}, sizeof old_{j}) != 0) {{",
                      f'            fprintf(stderr, "{k.symbol} differs from its one-per-element copy\\n");',
@@ -98,9 +102,10 @@ def check_readback(c, tmp: Path, builds=("gcc", "g++", "clang", "clang++")) -> N
 
 
 def special_floats_model():
-    """y = x + c, c holding the float32 values a text format can get wrong:
-    signed zeros, the extremes, subnormals, infinities, NaN, and values
-    whose shortest decimal needs all nine digits."""
+    """y = x + c + d, c holding the float32 values a text format can get
+    wrong: signed zeros, the extremes, subnormals, infinities, NaN, values
+    whose shortest decimal needs all nine digits; d NaNs with a sign and
+    payloads (which no decimal text keeps)."""
     special = np.array([0.0, -0.0, 1.0, -1.0, 3.4028235e38, -3.4028235e38, 1.1754944e-38, -1.1754942e-38,
                         1e-45, -1e-45, np.inf, -np.inf, np.nan, 0.1, 1 / 3, 16777217.0, 1e-7, 123456.79,
                         2.3509886e-38, 8.589973e9], np.float32)
@@ -108,24 +113,43 @@ def special_floats_model():
     bits = rng.randint(0, 2 ** 32, 76, dtype=np.uint64).astype(np.uint32).view(np.float32)
     bits = np.where(np.isnan(bits), np.float32(0.5), bits)   # NaN only as the one above
     c = np.concatenate([special, bits]).astype(np.float32)
+    d = np.arange(c.size, dtype=np.float32)
+    d[::3] = np.array([0x7FC00001, 0xFFC00000, 0x7F800001, 0xFFFFFFFF], np.uint32).view(np.float32)[
+        np.arange(len(d[::3])) % 4]
     m = helper.make_model(helper.make_graph(
-        [helper.make_node("Add", ["x", "c"], ["y"], name="add")], "specials",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c.size])],
+        [helper.make_node("Add", ["x", "c"], ["t"], name="add"), helper.make_node("Add", ["t", "d"], ["y"], name="add2")],
+        "specials", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c.size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c.size])],
-        [numpy_helper.from_array(c, "c")]), opset_imports=[helper.make_opsetid("", 13)])
-    return m, c
+        [numpy_helper.from_array(c, "c"), numpy_helper.from_array(d, "d")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    return m, c, d
 
 
 def test_special_float_values_read_back_exactly(tmp_path):
-    m, c = special_floats_model()
+    m, c, d = special_floats_model()
     comp = compile_model(m)
-    stored = [k.data for k in comp.consts if k.data.dtype == np.float32]
-    assert any(s.view(np.uint32).tobytes() == c.view(np.uint32).tobytes() for s in stored)
+    stored = {k.data.tobytes() for k in comp.consts}
+    assert c.tobytes() in stored and d.tobytes() in stored
     check_readback(comp, tmp_path)
 
 
 def test_float_model_constants_read_back_exactly(tmp_path):
     check_readback(compile_model(str(KWS)), tmp_path)
+
+
+def test_header_text_holds_the_constants_compactly():
+    """Parsed from the text (tests/helpers.header_consts, independent of
+    the formatter), the header's arrays are the constants; the constants
+    section takes at most 2.5 bytes of text per byte of data."""
+    kws = compile_model(str(KWS))
+    for c in (kws, compile_model(special_floats_model()[0])):
+        parsed = header_consts(c.header)
+        assert set(parsed) == {k.symbol for k in c.consts}
+        for k in c.consts:
+            ctype, v = parsed[k.symbol]
+            assert ctype == k.ctype and v.tobytes() == k.data.tobytes(), k.symbol
+    a, b = kws.header.index("/* ---- constants"), kws.header.index("/* ---- kernels")
+    assert b - a <= 2.5 * kws.weights_bytes, (b - a, kws.weights_bytes)
 
 
 def test_fp16_constants_read_back_exactly(tmp_path):

@@ -18,7 +18,7 @@ import numpy as np
 from .. import ops
 from ..ir import C_TYPES, Graph, Tensor
 from ..planner import ALIGN, Plan
-from .carray import c_array, c_comment, c_float, c_string
+from .carray import WORDS_FROM, c_array, c_comment, c_float, c_string, c_words, word_count
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -74,6 +74,7 @@ def env() -> jinja2.Environment:
         _ENV.filters["c_float"] = c_float
         _ENV.filters["c_string"] = c_string
         _ENV.filters["c_comment"] = c_comment
+        _ENV.filters["c_words"] = c_words
     return _ENV
 
 
@@ -83,6 +84,12 @@ class Const:
     ctype: str
     data: np.ndarray
     comment: str
+
+    @property
+    def words(self) -> int:
+        """64-bit words the header stores this array in (0: one literal per
+        element, for small arrays): carray.c_words."""
+        return word_count(self.data) if self.data.nbytes >= WORDS_FROM else 0
 
 
 @dataclass
@@ -377,12 +384,25 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "states": states,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
         "wblob": None,
+        "words_from": WORDS_FROM,
         "stack_bound": stack_bound(target),
     }
     if weights == "separate":
         return _render_separate(ctx, k)
-    text = env().get_template("model.h.j2").render(**ctx)
-    return Rendered(_squeeze_blank_lines(text), ctx["weights_bytes"], list(k.kernels),
+    # The template marks where each array's words go; they are printed after
+    # the blank lines are squeezed (no pass over megabytes of hex).
+    words: list[np.ndarray] = []
+
+    def mark(data: np.ndarray) -> str:
+        words.append(data)
+        return f"\0{len(words) - 1}\0"
+
+    ctx["words"] = mark
+    text = _squeeze_blank_lines(env().get_template("model.h.j2").render(**ctx))
+    parts = text.split("\0")
+    assert len(parts) == 2 * len(words) + 1, "a NUL character in the rendered header"
+    parts[1::2] = [c_words(words[int(i)]) for i in parts[1::2]]
+    return Rendered("".join(parts), ctx["weights_bytes"], list(k.kernels),
                     stack_bound=ctx["stack_bound"], consts=ctx["consts"])
 
 
