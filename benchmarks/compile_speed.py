@@ -2,7 +2,8 @@
 
     python benchmarks/compile_speed.py                 # shared models, light models, MobileNetV2 float
     python benchmarks/compile_speed.py --only kws_dscnn,mobilenet_v2 --repeat 5
-    python benchmarks/compile_speed.py --cc alexnet    # also gcc -O2 the header (time and peak RSS)
+    python benchmarks/compile_speed.py --big --only alexnet --cc alexnet --repeat 1
+                                                       # + torchvision AlexNet, float; gcc -O2 its header
 
 Each gen is a fresh `python -m cuvil_mcu.cli gen ... --no-cache` process
 (imports included, compile cache off; Jinja's compiled templates are warm,
@@ -112,7 +113,52 @@ def mobilenet_v2(path: Path, width: float = 1.0, size: int = 224, classes: int =
     return path
 
 
-def models(tmp: Path) -> list[tuple[str, str, Path]]:
+def alexnet(path: Path, seed: int = 0) -> Path:
+    """torchvision's alexnet as an eval-mode export leaves it (no LRN, no
+    Dropout; 224x224, 1000 classes: 61.1 M parameters, 244 MB of float
+    weights), seeded random weights."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def param(name, *shape):
+        w = rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(np.prod(shape[1:])))
+        inits.append(numpy_helper.from_array(w, name))
+        return name
+
+    x = "input"
+    for i, (cout, cin, k, s, p, pool) in enumerate([(64, 3, 11, 4, 2, True), (192, 64, 5, 1, 2, True),
+                                                    (384, 192, 3, 1, 1, False), (256, 384, 3, 1, 1, False),
+                                                    (256, 256, 3, 1, 1, True)]):
+        b = np.zeros(cout, np.float32)
+        inits.append(numpy_helper.from_array(b, f"features.{i}.bias"))
+        nodes += [helper.make_node("Conv", [x, param(f"features.{i}.weight", cout, cin, k, k), f"features.{i}.bias"],
+                                   [f"c{i}"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4, name=f"/conv{i}"),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"/relu{i}")]
+        x = f"r{i}"
+        if pool:
+            nodes.append(helper.make_node("MaxPool", [x], [f"p{i}"], kernel_shape=[3, 3], strides=[2, 2],
+                                          name=f"/pool{i}"))
+            x = f"p{i}"
+    nodes.append(helper.make_node("Flatten", [x], ["flat"], name="/flatten"))
+    x = "flat"
+    for i, (cout, cin) in enumerate([(4096, 9216), (4096, 4096), (1000, 4096)]):
+        inits.append(numpy_helper.from_array(np.zeros(cout, np.float32), f"classifier.{i}.bias"))
+        nodes.append(helper.make_node("Gemm", [x, param(f"classifier.{i}.weight", cout, cin), f"classifier.{i}.bias"],
+                                      [f"g{i}"], transB=1, name=f"/fc{i}"))
+        x = f"g{i}"
+        if i < 2:
+            nodes.append(helper.make_node("Relu", [x], [f"gr{i}"], name=f"/fcrelu{i}"))
+            x = f"gr{i}"
+    graph = helper.make_graph(nodes, "alexnet", [helper.make_tensor_value_info(
+        "input", TensorProto.FLOAT, [1, 3, 224, 224])], [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 1000])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="compile_speed")
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def models(tmp: Path, big: bool = False) -> list[tuple[str, str, Path]]:
     """(group, name, path)"""
     out = []
     for d in sorted(SHARED.iterdir()) if SHARED.is_dir() else []:
@@ -122,6 +168,8 @@ def models(tmp: Path) -> list[tuple[str, str, Path]]:
     out.append(("mobilenet_v2", "mobilenet_v2 0.35 224 float", tmp / "mobilenet_v2_035_224.onnx"))
     for f in sorted(light_dir().glob("light_*.onnx")):
         out.append(("light", f.stem, f))
+    if big:
+        out.append(("big", "alexnet torchvision float", alexnet(tmp / "alexnet.onnx")))
     return out
 
 
@@ -197,6 +245,7 @@ def main() -> int:
     ap.add_argument("--board", default="host")
     ap.add_argument("--cc", default="", help="comma-separated substrings: also compile these headers with gcc")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--big", action="store_true", help="also torchvision's AlexNet, float (61 M parameters)")
     args = ap.parse_args()
     env = _env()
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,7 +263,7 @@ def main() -> int:
             print("| model | gen wall (s) | gen CPU (s) | goal | constants (B) | header (B) | per byte | "
                   "constants section per byte |")
             print("|---|---|---|---|---|---|---|---|")
-        for group, name, path in models(tmp):
+        for group, name, path in models(tmp, args.big):
             if only and not any(s in name for s in only):
                 continue
             r = gen(path, tmp / "out", env, args.board, args.repeat)
