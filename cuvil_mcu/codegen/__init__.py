@@ -184,7 +184,7 @@ class Emitter:
         if data.dtype == np.bool_:
             data = data.astype(np.uint8)
         ctype = ctype or C_TYPES[data.dtype.name]
-        key = (ctype, data.dtype.str, data.shape, hashlib.sha256(data.tobytes()).hexdigest())
+        key = (ctype, data.dtype.str, data.shape, hashlib.sha256(data.reshape(-1).view(np.uint8)).hexdigest())
         if key in self._const_by_key:
             return self._const_by_key[key]
         base = re.sub(r"[^A-Za-z0-9_]", "_", name)[:40].strip("_") or "c"
