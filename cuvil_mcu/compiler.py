@@ -35,6 +35,7 @@ class Compiled:
     fp16_nodes: list[str] = field(default_factory=list)   # --precision: layers with IEEE half weights
     stack_bound: int = 0     # bytes of stack the run function and its kernels take at most
     isa_used: dict = field(default_factory=dict)   # node name -> ISA feature of its kernels (codegen)
+    consts: list = field(default_factory=list)   # codegen.Const arrays the header (or blob) holds
 
     @property
     def in_specs(self):
@@ -274,4 +275,4 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob), samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
                     weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16],
-                    stack_bound=r.stack_bound, isa_used=r.isa_used)
+                    stack_bound=r.stack_bound, isa_used=r.isa_used, consts=r.consts)
