@@ -106,12 +106,13 @@ SCRATCH_SLACK = 0.08
 
 
 def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack: float = SCRATCH_SLACK,
-          opt_level: int = 3, fp16_nodes=frozenset()):
+          opt_level: int = 3, fp16_nodes=frozenset(), used: list | None = None):
     """Kernel choice and memory plan, RAM first: lower with no spare room (each
     kernel's leanest variant), plan; then let kernels with a faster buffered
     variant take scratch where the arena has room at their step (plus
     `slack` of the arena), and keep that if the arena stays within the slack
-    (else try again with half the slack). Returns (plan, room for render)."""
+    (else try again with half the slack). Returns (plan, room for render);
+    `used` receives the lowering of the plan returned."""
     lkw = dict(opt_level=opt_level, fp16_nodes=fp16_nodes)   # the choices render will make
     low = codegen.lower(g, prefix, b, **lkw)
     lean = planner.plan(g, algorithm, low.scratch, low.orders, preserve_inputs)
@@ -126,8 +127,12 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
             break
         fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
         if fast.arena_size <= lean.arena_size + extra:
+            if used is not None:
+                used[:] = [low2]
             return fast, room
         extra = extra // 2 // planner.ALIGN * planner.ALIGN
+    if used is not None:
+        used[:] = [low]
     return lean, None
 
 
@@ -156,7 +161,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   calibration: str | dict | None = None, calibrate: str = "minmax",
                   percentile: float = 99.99, io: str = "model", weights: str = "inline",
                   opt_level: int = 3, precision: str | None = None,
-                  stream: bool = False, preserve_inputs: bool = False) -> Compiled:
+                  stream: bool = False, preserve_inputs: bool = False, patch: bool = True,
+                  ram_vs_speed: float | None = None) -> Compiled:
     prefix = check_name(name)
     if weights not in ("inline", "separate"):
         raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
@@ -205,7 +211,23 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     fp16 = prec_mod.select(g, prec) if prec.any_fp16 else set()
     prec_mod.round_weights(g, fp16)
     target = b if opt_level >= 2 else None     # -O0/-O1: portable kernels
-    plan, room = _plan(g, prefix, target, algorithm, preserve_inputs, opt_level=opt_level, fp16_nodes=fp16)
+    planned = []     # (graph, (plan, room)) of the last graph planned
+
+    def evaluate(gg):
+        low = []
+        planned[:] = [(gg, _plan(gg, prefix, target, algorithm, preserve_inputs, opt_level=opt_level,
+                                 fp16_nodes=fp16, used=low))]
+        return planned[0][1][0], planner.profile(gg, low[0].scratch, low[0].orders, preserve_inputs)
+    if patch:
+        from .passes import tile
+        budget = tile.DEFAULT_BUDGET if ram_vs_speed is None else float(ram_vs_speed)
+        if not budget >= 0:
+            raise CuvilError(f"--ram-vs-speed {ram_vs_speed}: give the extra work tiling may add as a fraction of "
+                             f"the model's MACs, >= 0 (default {tile.DEFAULT_BUDGET})")
+        g = tile.run(g, budget, evaluate)
+    if not planned or planned[0][0] is not g:
+        evaluate(g)
+    plan, room = planned[0][1]
     macs = 0
     counts: Counter = Counter()
     for n in g.nodes:

@@ -67,6 +67,20 @@ class Op:
     def emit(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], k) -> None:
         raise NotImplementedError
 
+    def band_rows(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]):
+        """Patch-based execution (planner/tiling.py, ops/tiled.py): the
+        vertical geometry (tiling.Rows) when output rows can be computed band
+        by band from a band of input 0's rows by this op's own kernel on
+        sub-views (NHWC rows), else a short reason why not."""
+        return f"{node.op_type} is not tiled"
+
+    def band_node(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], c0: int, c1: int,
+                  x: Tensor, y: Tensor) -> Node:
+        """The node computing output rows [c0, c1) of `node` from input x (a
+        band of input 0's rows) into y (those output rows): `node` with the
+        band's padding (only for ops whose band_rows returns Rows)."""
+        raise NotImplementedError
+
     def can_inplace(self, node: Node) -> bool:
         """Whether this node may write output 0 over an input (see `inplace`)."""
         return self.inplace
