@@ -72,7 +72,10 @@ def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, r
             continue
         for block in blocks:
             if seq:
-                for p in pix:
+                # qdot_mve's plain C computes an odd last pixel as a pair with itself
+                last = (b, pix[-1]) == (geo.n - 1, oh * ow - 1) and (geo.n * oh * ow) % group
+                again = group - len(pix) if last else 0
+                for p in pix + [pix[-1]] * again:
                     yield "r", reads(b, p, block)
                     yield "w", writes(b, p, block)
             else:

@@ -52,6 +52,7 @@ class Choice:
     band: int
     cache: tuple
     estimate: int         # bytes: the plan's peak with this region
+    local: int            # bytes: the region's step alone
     cost: float           # MAC-equivalents
     extra_macs: int       # recomputed MACs (rows no band needs are not computed: may be < 0)
     moved: int            # halo bytes moved
@@ -198,10 +199,11 @@ def candidates(g: Graph, p, scratch: dict[str, int], budget: float, chain: list[
                     kept = sum(bb for bb, c in zip(buf, cache) if c)
                     peak = max(kept + sum(buf[i] for i in (j - 1, j) if 0 <= i < last and not cache[i]) + scr[j]
                                for j in range(len(idx)))
-                    est = max(outside, crossing + spans[cache[0]] + peak)
+                    local = crossing + spans[cache[0]] + peak
+                    est = max(outside, local)
                     extra = sum((cc[j] if j == last or cache[j] else cr[j])["macs"] for j in range(len(idx)))
                     moved = sum(cc[j]["moved"] for j in range(last) if cache[j])
-                    out.append(Choice(s0, s1, band, cache, est, cost, extra, moved))
+                    out.append(Choice(s0, s1, band, cache, est, local, cost, extra, moved))
     return out
 
 
@@ -262,10 +264,19 @@ def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
             why = None if done else f"no tiling lowers the peak ({prof[peak_step]:,} B at " \
                                     f"'{g.nodes[peak_step].name}'): another step needs as much"
             break
+        # the cheapest of those estimated lowest; the plan may place the region's
+        # input and output less tightly than estimated, so also the cheapest of
+        # those lowest at the region's own step: the one planned smaller wins
         tol = max(ALIGN, int(TOLERANCE * p.arena_size))
-        best = min((c for c in cands if c.estimate <= low + tol), key=lambda c: (c.cost, c.estimate, c.band))
-        g2 = rewrite(g, best)
-        p2, prof2 = evaluate(g2)
+        picks = [min((c for c in cands if c.estimate <= low + tol), key=lambda c: (c.cost, c.estimate, c.band))]
+        low_local = min(c.local for c in cands)
+        picks.append(min((c for c in cands if c.local <= low_local + tol), key=lambda c: (c.cost, c.local, c.band)))
+        tried = []
+        for c in picks[:1] + [c for c in picks[1:] if c != picks[0]]:
+            g2 = rewrite(g, c)
+            tried.append((c, g2) + tuple(evaluate(g2)))
+        a_low = min(t[2].arena_size for t in tried)
+        best, g2, p2, prof2 = min((t for t in tried if t[2].arena_size <= a_low + tol), key=lambda t: t[0].cost)
         if p2.arena_size >= p.arena_size:
             why = (f"tiling nodes {best.start}-{best.end} would plan {p2.arena_size:,} B (estimated "
                    f"{best.estimate:,}), not below {p.arena_size:,} B")
