@@ -60,6 +60,7 @@ class Compiled:
         if p.aliases:
             lines.append(f"in place {len(p.aliases)} of {len(g.nodes)} nodes write their output over their input "
                          f"(--plan-out lists the offsets)")
+        lines += _patch_lines(g)
         for t in g.inputs:
             lines.append(f"input    {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
         for t in g.outputs:
@@ -73,6 +74,27 @@ class Compiled:
             lines.append(f"fits     {self.board.id}")
         lines += [f"note     {n}" for n in g.notes]
         return "\n".join(lines)
+
+
+def _patch_lines(g: Graph) -> list[str]:
+    """gen's summary of patch-based execution (passes/tile.py): the regions,
+    their cost, or why nothing was tiled."""
+    t = getattr(g, "patches", None)
+    if not t:
+        return []
+    regs = t["regions"]
+    if not regs:
+        return [f"patches  none: {t['note']}"] if t["note"] else []
+    extra = t["extra_macs"]
+    lines = [f"patches  {len(regs)} region(s), arena {t['arena_before']:,} -> {t['arena_after']:,} B, "
+             f"{extra:+,} MACs ({extra / max(t['macs'], 1):+.1%}) (--plan-out shows the bands; --no-patch: whole layers)"]
+    index = {n.name: i for i, n in enumerate(g.nodes)}
+    for r in regs:
+        lines.append(f"patches  node {index.get(r['node'], '?')}: {r['halo']}, {r['extra_macs']:+,} MACs, "
+                     f"{r['moved']:,} B of halo rows moved per run (from '{r['layers'][0]}')")
+    if t["note"]:
+        lines.append(f"patches  then stopped: {t['note']}")
+    return lines
 
 
 def _check_nodes(g: Graph) -> None:

@@ -188,9 +188,12 @@ class _QConvBase(Op):
             return "a parameter is computed at run time"
         geo = qconv_geometry(node, x.shape, w.shape)
         (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
-        return tiling.Rows(k=(kh - 1) * geo.dilations[0] + 1, s=geo.strides[0], pt=geo.pad_begin[0], h_in=h, h_out=oh,
-                    row_in=wd * geo.c * x.itemsize, row_out=ow * geo.m * outs[0].itemsize,
-                    macs_row=geo.m * ow * geo.cg * kh * kw)
+        # depthwise kernels convert the rows a band reads (planes, padded rings): ~2.5
+        # instructions per byte read again; the others read windows per pixel anyway
+        dw = geo.cg == 1 and geo.group > 1
+        return tiling.Rows(k=(kh - 1) * geo.dilations[0] + 1, s=geo.strides[0], pt=geo.pad_begin[0], h_in=h,
+                           h_out=oh, row_in=wd * geo.c * x.itemsize, row_out=ow * geo.m * outs[0].itemsize,
+                           macs_row=geo.m * ow * geo.cg * kh * kw, outs_row=ow * geo.m, reread=2.5 if dw else 0.5)
 
     def band_node(self, node, ins, outs, c0, c1, x, y):
         geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)

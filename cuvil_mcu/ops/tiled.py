@@ -126,6 +126,8 @@ class TiledRegion(Op):
         scr_at = [(base + o, rec[last + j][0]) for j, o in enumerate(offs[last:])]
         x_at, y_at = k.plan.tensor_offset[ins[0].name], k.plan.tensor_offset[outs[0].name]
         k.order(0, lambda: s.order(f"tiled: {len(s.bands)} bands"))
+        if not getattr(k.plan, "probe", False) and hasattr(k.plan, "tiles"):
+            k.plan.tiles[node.name] = _describe(node, r, s, x_at, y_at, base, area, buf_at, scr_at, ins[0], outs[0])
 
         def place(st, step_x, step_y):
             """Arena offsets (int, or a C expression in the loop variable bi) of a step's input and output."""
@@ -171,3 +173,28 @@ class TiledRegion(Op):
 
 def _expr(at: int, step: int):
     return at if not step else f"{at}u + {step}u * bi"
+
+
+def _describe(node, r: Region, s: tiling.Schedule, x_at, y_at, base, area, buf_at, scr_at, x, y) -> dict:
+    """The region as gen --plan-out shows it: what runs, in which bands, where
+    every buffer is and every step of every band (the tests replay it)."""
+    last = len(r.nodes) - 1
+    return {
+        "node": node.name,
+        "layers": [n.name for n in r.nodes],
+        "band_rows": r.band,
+        "halo": ["kept" if c else "recomputed" for c in r.cache],
+        "input": {"tensor": x.name, "offset": x_at, "row_bytes": r.rows[0].row_in, "rows": r.rows[0].h_in},
+        "output": {"tensor": y.name, "offset": y_at, "row_bytes": r.rows[-1].row_out, "rows": r.rows[-1].h_out},
+        "area": {"offset": base, "bytes": area},
+        "buffers": [{"layer": r.nodes[j].name, "tensor": r.nodes[j].outputs[0], "offset": buf_at[j], "rows": s.rows[j],
+                     "row_bytes": r.rows[j].row_out, "kept": bool(r.cache[j])} for j in range(last)],
+        "scratch": [{"layer": r.nodes[j].name, "offset": at, "bytes": size} for j, (at, size) in enumerate(scr_at)],
+        "geometry": [{"k": ly.k, "s": ly.s, "pt": ly.pt, "h_in": ly.h_in, "h_out": ly.h_out} for ly in r.rows],
+        "extra_macs": s.extra_macs(),
+        "moved_bytes": s.moved_bytes(),
+        "bands": [{"moves": [{"buffer": m.buf, "from_row": m.src, "rows": m.n} for m in b.moves],
+                   "steps": [{"layer": st.layer, "rows": [st.c0, st.c1], "reads": [st.r0, st.r1],
+                              "src_row": st.src_at, "dst_row": st.dst_at} for st in b.steps]}
+                  for b in s.bands],
+    }

@@ -17,11 +17,14 @@ lowest estimate within the budget wins (among estimates within TOLERANCE of
 the lowest, the cheapest); the graph is rewritten, planned exactly, and
 kept only if the arena shrank. Rounds repeat while they help.
 
-Cost is counted in MAC-equivalents: recomputed MACs, plus CALL per kernel
-call, REREAD per input byte a band reads again, MOVE per halo byte moved
-(rough: the kernels run about 1-2 instructions per MAC). The budget, a
-fraction of the model's MACs (gen --ram-vs-speed, default 0.10), caps the
-sum over all regions.
+Cost is an estimate of instructions: a layer's work is its MACs plus OUT per
+output element (requantization, stores: int8 kernels run ~1 instruction per
+MAC plus ~14 per output on the Cortex-M4's DSP path, measured on the shared
+models); tiling costs RECOMPUTE times the work of recomputed rows, CALL per kernel call,
+per input byte a band reads again the kernel's own cost (Rows.reread:
+depthwise kernels convert rows into planes or rings), MOVE per halo byte
+moved. The budget, a fraction of the model's work (gen --ram-vs-speed,
+default 0.10), caps the sum over all regions.
 """
 from __future__ import annotations
 
@@ -39,10 +42,11 @@ DEFAULT_BUDGET = 0.10
 MAX_LAYERS = 8
 MAX_ROUNDS = 6
 BANDS = (1, 2, 3, 4, 6, 8, 12, 16)
-CALL = 200
-REREAD = 1.0
-MOVE = 0.25
-TOLERANCE = 0.01      # of the arena: estimates this close count as equal (then the cheaper wins)
+OUT = 14
+RECOMPUTE = 2     # recomputed rows: kernels run 1-4 instructions per MAC (first layers, few channels): the high side
+CALL = 300
+MOVE = 0.3
+TOLERANCE = 0.05      # arenas (estimated or planned) this close to the lowest count as equal: the cheaper wins
 
 
 @dataclass
@@ -147,12 +151,21 @@ def _layer_costs(s: tiling.Schedule) -> list[dict]:
             seen[st.layer] += st.r1 - st.r0
     for j, ly in enumerate(s.layers):
         out[j]["macs"] -= ly.h_out * ly.macs_row
-        out[j]["reread"] = max(0, seen[j] - ly.h_in) * ly.row_in
+        out[j]["work"] = RECOMPUTE * (out[j]["macs"] + OUT * out[j]["macs"] // max(ly.macs_row, 1) * ly.outs_row)
+        out[j]["reread"] = max(0, seen[j] - ly.h_in) * ly.row_in * ly.reread
     return out
 
 
 def _cost(c: dict) -> float:
-    return c["macs"] + CALL * c["calls"] + REREAD * c["reread"] + MOVE * c["moved"]
+    return c["work"] + CALL * c["calls"] + c["reread"] + MOVE * c["moved"]
+
+
+def work(g: Graph) -> int:
+    """The model's work in the cost's units: MACs + OUT per output element."""
+    total = 0
+    for n in g.nodes:
+        total += _macs(g, n) + (0 if ops.get(n.op_type).view else OUT * sum(g.tensors[o].size for o in n.outputs if o))
+    return total
 
 
 def candidates(g: Graph, p, scratch: dict[str, int], budget: float, chain: list[int], peak_step: int,
@@ -236,7 +249,7 @@ def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
     the compiler's plan of a graph and the bytes each step needs at least
     (planner.profile). Records what it did (or why not) in g.patches."""
     total = sum(_macs(g, n) for n in g.nodes)
-    left = budget * total
+    left = budget * work(g)
     p, prof = evaluate(g)
     before = p.arena_size
     done, why = [], None
@@ -257,7 +270,7 @@ def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
         if not cands:
             why = f"every tiling of the layers around the peak ({prof[peak_step]:,} B at '{g.nodes[peak_step].name}') " \
                   f"costs more than the --ram-vs-speed budget ({budget:.0%} of the MACs" + \
-                  (f", {left / max(total, 1):.1%} left)" if done else ")")
+                  (f", {left / max(work(g), 1):.1%} left)" if done else ")")
             break
         low = min(c.estimate for c in cands)
         if low >= prof[peak_step]:
@@ -267,16 +280,16 @@ def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
         # the cheapest of those estimated lowest; the plan may place the region's
         # input and output less tightly than estimated, so also the cheapest of
         # those lowest at the region's own step: the one planned smaller wins
-        tol = max(ALIGN, int(TOLERANCE * p.arena_size))
-        picks = [min((c for c in cands if c.estimate <= low + tol), key=lambda c: (c.cost, c.estimate, c.band))]
+        picks = [min((c for c in cands if c.estimate <= low * (1 + TOLERANCE)), key=lambda c: (c.cost, c.estimate))]
         low_local = min(c.local for c in cands)
-        picks.append(min((c for c in cands if c.local <= low_local + tol), key=lambda c: (c.cost, c.local, c.band)))
+        picks.append(min((c for c in cands if c.local <= low_local * (1 + TOLERANCE)), key=lambda c: (c.cost, c.local)))
         tried = []
         for c in picks[:1] + [c for c in picks[1:] if c != picks[0]]:
             g2 = rewrite(g, c)
             tried.append((c, g2) + tuple(evaluate(g2)))
         a_low = min(t[2].arena_size for t in tried)
-        best, g2, p2, prof2 = min((t for t in tried if t[2].arena_size <= a_low + tol), key=lambda t: t[0].cost)
+        best, g2, p2, prof2 = min((t for t in tried if t[2].arena_size <= a_low * (1 + TOLERANCE)),
+                                  key=lambda t: t[0].cost)
         if p2.arena_size >= p.arena_size:
             why = (f"tiling nodes {best.start}-{best.end} would plan {p2.arena_size:,} B (estimated "
                    f"{best.estimate:,}), not below {p.arena_size:,} B")

@@ -58,6 +58,9 @@ class Plan:
     aliases: list[dict] = field(default_factory=list)
     no_alias_bound: int | None = None   # the lower bound when no output may overlap its input
     variants: dict[str, str] = field(default_factory=dict)   # node -> kernel loop variant its alias needs
+    # tiled regions (ops/tiled.py), by node: layers, bands, buffers and their
+    # offsets, filled in when the header is rendered
+    tiles: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -68,6 +71,7 @@ class Plan:
             "algorithms_tried": self.tried,
             "lower_bound_without_windows": self.no_alias_bound,
             "aliases": self.aliases,
+            "tiles": [self.tiles[n] for n in sorted(self.tiles)],
             "scratch": [{"node": n, "offset": self.scratch_offset[n], "bytes": self.scratch_size[n]}
                         for n in sorted(self.scratch_offset, key=lambda n: (self.scratch_offset[n], n))],
             "buffers": [

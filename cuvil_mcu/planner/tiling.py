@@ -37,7 +37,9 @@ from .windows import Order
 class Rows:
     """The vertical geometry of one layer: output row o reads input rows
     [o s - pt, o s - pt + k) (k: the dilated kernel extent), clipped to the
-    input's h_in rows; row_in / row_out bytes per row; macs per output row."""
+    input's h_in rows; row_in / row_out bytes per row; macs and output
+    elements per output row; reread: the kernel's cost (instructions) per
+    input byte a band reads again (row copies, conversions)."""
 
     k: int
     s: int
@@ -47,6 +49,8 @@ class Rows:
     row_in: int
     row_out: int
     macs_row: int
+    outs_row: int = 0
+    reread: float = 0.5
 
     def reads(self, lo: int, hi: int) -> tuple[int, int]:
         """Input rows [r0, r1) that output rows [lo, hi) read (empty: lo >= hi)."""
