@@ -244,6 +244,19 @@ def rewrite(g: Graph, c: Choice) -> Graph:
     return out
 
 
+def apply(g: Graph, start: int, end: int, band: int, cache=None) -> Graph:
+    """g with nodes start .. end (a run of tileable layers) tiled in bands of
+    `band` rows, halo rows kept per buffer where cache says (default: all):
+    a given tiling, for tests and experiments (compiler.plan_and_render
+    renders the result)."""
+    found, why = chains(g)
+    if not any(start in c and end in c for c in found) and start != end:
+        raise ValueError(f"nodes {start}..{end} are not one run of tileable layers "
+                         f"({why.get(start) or why.get(end) or 'not linked'})")
+    cache = tuple(cache) if cache is not None else (True,) * (end - start)
+    return rewrite(g, Choice(start, end, band, cache, 0, 0, 0, 0, 0))
+
+
 def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
     """Tile where it lowers the arena. evaluate(graph) -> (Plan, profile):
     the compiler's plan of a graph and the bytes each step needs at least
