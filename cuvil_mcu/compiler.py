@@ -239,7 +239,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         low = []
         planned[:] = [(gg, _plan(gg, prefix, target, algorithm, preserve_inputs, opt_level=opt_level,
                                  fp16_nodes=fp16, used=low))]
-        return planned[0][1][0], planner.profile(gg, low[0].scratch, low[0].orders, preserve_inputs)
+        return planned[0][1][0], lambda: planner.profile(gg, low[0].scratch, low[0].orders, preserve_inputs)
     if patch:
         from .passes import tile
         budget = tile.DEFAULT_BUDGET if ram_vs_speed is None else float(ram_vs_speed)

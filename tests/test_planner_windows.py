@@ -146,7 +146,7 @@ def replay(c) -> int:
             off = p.scratch_offset[n.name]
             shadow[off:off + p.scratch_size[n.name]] = -2 - i
         a = aliased.get(n.name)
-        if n.op_type == "TiledRegion":
+        if n.op_type == "cuvil.TiledRegion":
             replay_region(p.tiles[n.name], shadow, read, write, -2 - i, region_geometry(g, n))
             replayed += a is not None
             continue

@@ -143,7 +143,7 @@ def test_random_chains_tiled_poisoned(board, tmp_path):
     want = reference.run(whole.graph, feeds)
     for k, (band, cache) in enumerate(_ways(seed, n, h_out)):
         c = tiled(whole, band, cache)
-        region = c.plan.tiles[next(nd.name for nd in c.graph.nodes if nd.op_type == "TiledRegion")]
+        region = c.plan.tiles[next(nd.name for nd in c.graph.nodes if nd.op_type == "cuvil.TiledRegion")]
         assert len(region["bands"]) == -(-region["output"]["rows"] // band)
         replay(c)
         outs = run_poisoned(c, feeds, tmp_path, POISON[k % len(POISON)])
@@ -194,7 +194,7 @@ def test_person_detect_tiled_matches_tflm(tmp_path):
     (kept to the end as a second output) equal to the reference; the plan
     replayed."""
     c = compiler.compile_model(str(sm.model_path("person_detect")), board="qemu-mps2-an386")
-    regions = [n for n in c.graph.nodes if n.op_type == "TiledRegion"]
+    regions = [n for n in c.graph.nodes if n.op_type == "cuvil.TiledRegion"]
     assert regions and c.plan.arena_size < c.graph.patches["arena_before"]
     replay(c)
     g = c.graph
@@ -213,7 +213,7 @@ def test_mobilenet_v2_tiled_helium(tmp_path):
     """The MobileNetV2 example as gen tiles it for the M55 (Helium header's
     plain C): the region's output and the logits equal to the reference."""
     c = compiler.compile_model(str(MOBILENET), board="qemu-mps3-an547", io="int8")
-    regions = [n for n in c.graph.nodes if n.op_type == "TiledRegion"]
+    regions = [n for n in c.graph.nodes if n.op_type == "cuvil.TiledRegion"]
     assert regions and c.plan.arena_size < c.graph.patches["arena_before"]
     g = c.graph
     g.outputs = g.outputs + [n.outputs[0] for n in regions]
@@ -256,7 +256,7 @@ def test_summary_and_fallbacks():
     assert c.plan.tiles and c.plan.to_json().count('"band_rows"') == 1
     # no budget: nothing tiled, and the summary says why
     c0 = compiler.compile_model(m, board="qemu-mps2-an386", io="int8", ram_vs_speed=0.0)
-    assert not any(n.op_type == "TiledRegion" for n in c0.graph.nodes)
+    assert not any(n.op_type == "cuvil.TiledRegion" for n in c0.graph.nodes)
     assert "patches  none: every tiling of the layers around the peak" in c0.summary()
     assert "costs more than the --ram-vs-speed budget (0% of the MACs)" in c0.summary()
     assert c0.plan.arena_size == c.graph.patches["arena_before"]

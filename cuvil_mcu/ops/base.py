@@ -30,6 +30,7 @@ from ..errors import ShapeError, UnsupportedOpError
 from ..ir import Node, Tensor
 
 _REGISTRY: dict[str, "Op"] = {}
+NOT_TILED = "{} is not tiled"     # Op.band_rows of ops without a band rule
 
 
 def register(*op_types: str):
@@ -72,7 +73,7 @@ class Op:
         vertical geometry (tiling.Rows) when output rows can be computed band
         by band from a band of input 0's rows by this op's own kernel on
         sub-views (NHWC rows), else a short reason why not."""
-        return f"{node.op_type} is not tiled"
+        return NOT_TILED.format(node.op_type)
 
     def band_node(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], c0: int, c1: int,
                   x: Tensor, y: Tensor) -> Node:

@@ -24,7 +24,7 @@ from ..ir import Node, Tensor
 from ..planner import tiling
 from .base import Op, register
 
-OP_TYPE = "TiledRegion"
+OP_TYPE = "cuvil.TiledRegion"
 
 
 @dataclass

@@ -259,36 +259,40 @@ def apply(g: Graph, start: int, end: int, band: int, cache=None) -> Graph:
 
 def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
     """Tile where it lowers the arena. evaluate(graph) -> (Plan, profile):
-    the compiler's plan of a graph and the bytes each step needs at least
-    (planner.profile). Records what it did (or why not) in g.patches."""
+    the compiler's plan of a graph and a callable giving the bytes each step
+    needs at least (planner.profile). Records what it did (or why not) in
+    g.patches."""
     total = sum(_macs(g, n) for n in g.nodes)
+    found, untileable = chains(g)
+    specific = {i: r for i, r in untileable.items() if r != ops.base.NOT_TILED.format(g.nodes[i].op_type)}
+    if not found and not specific:      # no spatial layers at all: nothing to say
+        g.patches = None
+        return g
     left = budget * work(g)
-    p, prof = evaluate(g)
+    p, profile = evaluate(g)
     before = p.arena_size
     done, why = [], None
     for _ in range(MAX_ROUNDS):
+        prof = profile()
         peak_step = max(prof, key=lambda s_: (prof[s_], -s_))
-        found, untileable = chains(g)
         chain = next((c for c in found if peak_step in c), None)
+        at = f"{prof[peak_step]:,} B at '{g.nodes[peak_step].name}'" if 0 <= peak_step < len(g.nodes) else ""
         if chain is None:
             n = g.nodes[peak_step] if 0 <= peak_step < len(g.nodes) else None
-            if n is None or n.op_type == "TiledRegion":
-                why = None if done else f"the peak ({prof[peak_step]:,} B) is at the model's " \
-                                        f"{'inputs' if peak_step < 0 else 'outputs'}"
-            else:
+            if n is None:
+                why = f"the peak ({prof[peak_step]:,} B) is at the model's {'inputs' if peak_step < 0 else 'outputs'}"
+            elif n.op_type != "cuvil.TiledRegion":
                 reason = untileable.get(peak_step, "not in a run of two or more tileable layers")
                 why = f"the peak ({prof[peak_step]:,} B) is at {n.op_type} '{n.name}', which cannot be tiled: {reason}"
             break
         cands = candidates(g, p, p.scratch_size, left, chain, peak_step, prof)
         if not cands:
-            why = f"every tiling of the layers around the peak ({prof[peak_step]:,} B at '{g.nodes[peak_step].name}') " \
-                  f"costs more than the --ram-vs-speed budget ({budget:.0%} of the MACs" + \
-                  (f", {left / max(work(g), 1):.1%} left)" if done else ")")
+            why = f"every tiling of the layers around the peak ({at}) costs more than the --ram-vs-speed budget " \
+                  f"({budget:.0%} of the MACs" + (f", {left / max(work(g), 1):.1%} left)" if done else ")")
             break
         low = min(c.estimate for c in cands)
         if low >= prof[peak_step]:
-            why = None if done else f"no tiling lowers the peak ({prof[peak_step]:,} B at " \
-                                    f"'{g.nodes[peak_step].name}'): another step needs as much"
+            why = f"no tiling lowers the peak ({at}): another step needs as much"
             break
         # the cheapest of those estimated lowest; the plan may place the region's
         # input and output less tightly than estimated, so also the cheapest of
@@ -301,8 +305,8 @@ def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
             g2 = rewrite(g, c)
             tried.append((c, g2) + tuple(evaluate(g2)))
         a_low = min(t[2].arena_size for t in tried)
-        best, g2, p2, prof2 = min((t for t in tried if t[2].arena_size <= a_low * (1 + TOLERANCE)),
-                                  key=lambda t: t[0].cost)
+        best, g2, p2, profile2 = min((t for t in tried if t[2].arena_size <= a_low * (1 + TOLERANCE)),
+                                     key=lambda t: t[0].cost)
         if p2.arena_size >= p.arena_size:
             why = (f"tiling nodes {best.start}-{best.end} would plan {p2.arena_size:,} B (estimated "
                    f"{best.estimate:,}), not below {p.arena_size:,} B")
@@ -313,7 +317,8 @@ def run(g: Graph, budget: float = DEFAULT_BUDGET, evaluate=None) -> Graph:
                          halo=node.attrs["_region"].describe(), extra_macs=best.extra_macs, moved=best.moved,
                          cost=round(best.cost), arena=p2.arena_size))
         left -= best.cost
-        g, p, prof = g2, p2, prof2
+        g, p, profile = g2, p2, profile2
+        found, untileable = chains(g)
     g.patches = dict(regions=done, arena_before=before, arena_after=p.arena_size, note=why, budget=budget,
                      macs=total, extra_macs=sum(d["extra_macs"] for d in done))
     return g
