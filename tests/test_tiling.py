@@ -169,19 +169,30 @@ def test_random_chains_tiled_replay_many():
                 assert_exact(got[name], want[name], f"seed {seed} band {band}")
 
 
-@needs_qemu
-@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps3-an547"])
-def test_random_chains_tiled_on_qemu(board):
-    """The DSP and Helium kernels themselves (inline asm, intrinsics) on band
-    sub-views: equal to the reference on QEMU."""
-    from cuvil_mcu.sim import qemu
+def _user_ready(board: str) -> bool:
+    from cuvil_mcu import boards
+    b = boards.get(board)
+    return shutil.which(b.sim["cc"]) is not None and shutil.which(b.sim["qemu"]) is not None
+
+
+@pytest.mark.parametrize("board", [pytest.param(b, marks=needs_qemu) for b in ("qemu-mps2-an386", "qemu-mps3-an547")]
+                         + [pytest.param("cortex-a53-aarch64", marks=pytest.mark.skipif(
+                             not _user_ready("cortex-a53-aarch64"), reason="aarch64 cross compiler or qemu-user missing"))])
+def test_random_chains_tiled_on_emulated_cores(board):
+    """The DSP, Helium and NEON kernels themselves (inline asm, intrinsics)
+    on band sub-views: equal to the reference on QEMU (system emulation for
+    the Cortex-M boards, qemu-user for the Cortex-A53)."""
+    from cuvil_mcu.sim import qemu, qemu_user
     for seed in (0, 1):
         model, feeds = tall_chain(seed)
         whole = compiler.compile_model(model, board=board, patch=False)
         c = tiled(whole, 2, None)
         x = np.stack([feeds["x0"], np.random.RandomState(seed).randint(-128, 128, feeds["x0"].shape).astype(np.int8)])
-        r = qemu.simulate(c, x, board)
-        cmp = qemu.compare(r.outputs, qemu.reference_outputs(whole, x), whole.graph.outputs)
+        if board.startswith("qemu-"):
+            outs = qemu.simulate(c, x, board).outputs
+        else:
+            outs = qemu_user.compile_and_run(c, [x])
+        cmp = qemu.compare(outs, qemu.reference_outputs(whole, x), whole.graph.outputs)
         assert cmp.ok, (board, seed, cmp.first_mismatch)
 
 
