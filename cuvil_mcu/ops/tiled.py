@@ -40,9 +40,11 @@ class Region:
         return tiling.schedule(self.rows, self.band, self.cache)
 
     def describe(self) -> str:
-        modes = "kept" if all(self.cache) else "recomputed" if not any(self.cache) else \
-            "kept on " + ", ".join(str(j) for j, c in enumerate(self.cache) if c) + " of 0.." + str(len(self.cache) - 1)
-        return f"{len(self.nodes)} layers in {-(-self.rows[-1].h_out // self.band)} bands of {self.band} row(s), halo {modes}"
+        kept = sum(self.cache)
+        modes = ("halo rows kept" if kept == len(self.cache) else "halo rows recomputed" if not kept else
+                 f"halo rows kept in {kept} of {len(self.cache)} buffers, recomputed in the others")
+        n = -(-self.rows[-1].h_out // self.band)
+        return f"{len(self.nodes)} layers in {n} bands of {self.band} row{'s' * (self.band > 1)}, {modes}"
 
 
 def region(node: Node) -> Region:
@@ -109,14 +111,14 @@ class TiledRegion(Op):
 
         # the kernel scratch of every band shape, measured by emitting it once
         scratch = [0] * len(layers)
-        for b in s.bands:
-            for st in b.steps:
-                op, bn, bin_, bout = sub(st)
-                n0 = len(k.body)
-                with k.band(bn, {bin_[0].name: 0, bout[0].name: 0}):
-                    op.emit(bn, bin_, bout, k)
-                del k.body[n0:]
-                scratch[st.layer] = max(scratch[st.layer], k.scratch_bytes.pop(bn.name, 0))
+        for st in {(st.layer, st.c1 - st.c0, r.rows[st.layer].pads(st.c0, st.c1)): st
+                   for b in s.bands for st in b.steps}.values():
+            op, bn, bin_, bout = sub(st)
+            n0 = len(k.body)
+            with k.band(bn, {bin_[0].name: 0, bout[0].name: 0}):
+                op.emit(bn, bin_, bout, k)
+            del k.body[n0:]
+            scratch[st.layer] = max(scratch[st.layer], k.scratch_bytes.pop(bn.name, 0))
         offs, area = tiling.inner_plan(s, scratch)
         rec = tiling.inner_records(s, scratch)
         if area:
