@@ -46,9 +46,9 @@ class Compiled:
     def summary(self) -> str:
         g, p = self.graph, self.plan
         ops_txt = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(self.op_counts.items()))
-        fused = sum(len(n.fused) for n in g.nodes)
+        fused = sum(len(n.fused) for n in _kernels(g))
         lines = [
-            f"ops      {len(g.nodes)} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
+            f"ops      {sum(self.op_counts.values())} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
             f"MACs     {self.macs:,}",
             f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
             f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
@@ -74,6 +74,12 @@ class Compiled:
             lines.append(f"fits     {self.board.id}")
         lines += [f"note     {n}" for n in g.notes]
         return "\n".join(lines)
+
+
+def _kernels(g: Graph):
+    """The graph's nodes, a tiled region as the layers whose kernels it runs."""
+    for n in g.nodes:
+        yield from n.attrs["_region"].nodes if n.op_type == "cuvil.TiledRegion" else [n]
 
 
 def _patch_lines(g: Graph) -> list[str]:
@@ -257,6 +263,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         ins = [g.tensors[i] if i else None for i in n.inputs]
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
+    for n in _kernels(g):
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
                        target=target, room=room, weights=weights, opt_level=opt_level, fp16_nodes=fp16)

@@ -197,14 +197,17 @@ class Emitter:
         arena offsets (ints, or C expressions inside a loop), its kernel
         scratch at scratch_at (scratch_size None: measuring, no check). The
         orders its kernels declare are dropped (the region declares its own);
-        the bytes its kernels take stay in scratch_bytes[node.name]."""
+        the block's value is a dict whose "scratch" is, after the block, the
+        bytes of scratch its kernels took."""
         outer_plan, outer_node = self.plan, self.node
         self.plan = _BandPlan(outer_plan, tensors, node.name, scratch_at, scratch_size)
         self.node = node
         self.scratch_bytes.pop(node.name, None)
+        info = {}
         try:
-            yield
+            yield info
         finally:
+            info["scratch"] = self.scratch_bytes.pop(node.name, 0)
             self.orders.pop(node.name, None)
             self.plan, self.node = outer_plan, outer_node
 

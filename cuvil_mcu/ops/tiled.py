@@ -115,10 +115,10 @@ class TiledRegion(Op):
                    for b in s.bands for st in b.steps}.values():
             op, bn, bin_, bout = sub(st)
             n0 = len(k.body)
-            with k.band(bn, {bin_[0].name: 0, bout[0].name: 0}):
+            with k.band(bn, {bin_[0].name: 0, bout[0].name: 0}) as took:
                 op.emit(bn, bin_, bout, k)
             del k.body[n0:]
-            scratch[st.layer] = max(scratch[st.layer], k.scratch_bytes.pop(bn.name, 0))
+            scratch[st.layer] = max(scratch[st.layer], took["scratch"])
         offs, area = tiling.inner_plan(s, scratch)
         rec = tiling.inner_records(s, scratch)
         if area:
