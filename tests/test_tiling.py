@@ -175,9 +175,12 @@ def _user_ready(board: str) -> bool:
     return shutil.which(b.sim["cc"]) is not None and shutil.which(b.sim["qemu"]) is not None
 
 
+NEEDS_A53 = pytest.mark.skipif(not _user_ready("cortex-a53-aarch64"),
+                               reason="aarch64 cross compiler or qemu-user missing")
+
+
 @pytest.mark.parametrize("board", [pytest.param(b, marks=needs_qemu) for b in ("qemu-mps2-an386", "qemu-mps3-an547")]
-                         + [pytest.param("cortex-a53-aarch64", marks=pytest.mark.skipif(
-                             not _user_ready("cortex-a53-aarch64"), reason="aarch64 cross compiler or qemu-user missing"))])
+                         + [pytest.param("cortex-a53-aarch64", marks=NEEDS_A53)])
 def test_random_chains_tiled_on_emulated_cores(board):
     """The DSP, Helium and NEON kernels themselves (inline asm, intrinsics)
     on band sub-views: equal to the reference on QEMU (system emulation for
