@@ -39,7 +39,7 @@ def _compile(args):
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
                          weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
                          precision=args.precision, stream=args.stream,
-                         preserve_inputs=args.preserve_input)
+                         preserve_inputs=args.preserve_input, patch=args.patch, ram_vs_speed=args.ram_vs_speed)
 
 
 def _opt_level(args) -> int:
@@ -373,6 +373,12 @@ def _common(p):
     p.add_argument("--preserve-input", action="store_true",
                    help="keep the inputs intact through <name>_run (by default a layer may write its output "
                         "over the input it consumes: less RAM)")
+    p.add_argument("--no-patch", dest="patch", action="store_false",
+                   help="run every layer whole (by default runs of convolutions around the arena's peak run in "
+                        "bands of rows when that lowers the arena: patch-based execution)")
+    p.add_argument("--ram-vs-speed", type=float, metavar="F",
+                   help="extra work patch-based execution may add, as a fraction of the model's MACs "
+                        "(recomputed halo rows, band overheads; default 0.10): larger saves more RAM, 0 patches nothing")
     p.add_argument("--requant", choices=("fixed", "float"),
                    help="int8 requantization: fixed (integer multiplier + shift, TFLM arithmetic, no FPU "
                         "needed) or float (float32 scale, onnxruntime's arithmetic); default: the board's")

@@ -47,15 +47,19 @@ class Compiled:
 
     def summary(self) -> str:
         g, p = self.graph, self.plan
-        views = [n for n in g.nodes if ops.get(n.op_type).view]
-        kernels = [n for n in g.nodes if not ops.get(n.op_type).view]
-        fused = sum(len(n.fused) for n in g.nodes)
+        layers = list(_kernels(g))
+        views = [n for n in layers if ops.get(n.op_type).view]
+        kernels = [n for n in layers if not ops.get(n.op_type).view]
+        fused = sum(len(n.fused) for n in layers)
+        region_of = {m.name: n.name for n in g.nodes if n.op_type == "cuvil.TiledRegion"
+                     for m in n.attrs["_region"].nodes}
         view_txt = f", {_count(len(views), 'view')} ({_types(views)}: no code)" if views else ""
         lines = [f"ops      {_count(len(kernels), 'kernel')}" + (f", {_count(fused, 'op')} fused into them" if fused else "")
                  + view_txt]
         by_variant: dict[str, list] = {}
         for n in kernels:
-            by_variant.setdefault(VARIANT_NAMES.get(self.isa_used.get(n.name), "portable C"), []).append(n)
+            by_variant.setdefault(VARIANT_NAMES.get(self.isa_used.get(n.name, self.isa_used.get(region_of.get(n.name))),
+                                                      "portable C"), []).append(n)
         if by_variant:
             lines.append("kernels  " + "; ".join(f"{v}: {_types(by_variant[v])}" for v in
                                                 [*VARIANT_NAMES.values(), "portable C"] if v in by_variant))
@@ -72,6 +76,7 @@ class Compiled:
         if p.aliases:
             lines.append(f"in place {len(p.aliases)} of {len(g.nodes)} nodes write their output over their input "
                          f"(--plan-out lists the offsets)")
+        lines += _patch_lines(g)
         for kind, names in (("input", g.inputs), ("output", g.outputs)):
             for t in names:
                 lines.append(f"{kind:<8} {one_line(t)}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}"
@@ -119,6 +124,33 @@ def _quant_text(t) -> str:
     return f", per-axis scales ({scale.size}: {float(scale.min()):.6g}..{float(scale.max()):.6g})"
 
 
+def _kernels(g: Graph):
+    """The graph's nodes, a tiled region as the layers whose kernels it runs."""
+    for n in g.nodes:
+        yield from n.attrs["_region"].nodes if n.op_type == "cuvil.TiledRegion" else [n]
+
+
+def _patch_lines(g: Graph) -> list[str]:
+    """gen's summary of patch-based execution (passes/tile.py): the regions,
+    their cost, or why nothing was tiled."""
+    t = getattr(g, "patches", None)
+    if not t:
+        return []
+    regs = t["regions"]
+    if not regs:
+        return [f"patches  none: {t['note']}"] if t["note"] else []
+    extra = t["extra_macs"]
+    lines = [f"patches  {len(regs)} region(s), arena {t['arena_before']:,} -> {t['arena_after']:,} B, "
+             f"{extra:+,} MACs ({extra / max(t['macs'], 1):+.1%}) (--plan-out shows the bands; --no-patch: whole layers)"]
+    index = {n.name: i for i, n in enumerate(g.nodes)}
+    for r in regs:
+        lines.append(f"patches  node {index.get(r['node'], '?')}: {r['halo']}, {r['extra_macs']:+,} MACs, "
+                     f"{r['moved']:,} B of halo rows moved per run (from '{r['layers'][0]}')")
+    if t["note"]:
+        lines.append(f"patches  then stopped: {t['note']}")
+    return lines
+
+
 def _check_nodes(g: Graph) -> None:
     """Nodes created by passes get the same validation as loaded ones."""
     for n in g.nodes:
@@ -150,12 +182,13 @@ SCRATCH_SLACK = 0.08
 
 
 def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack: float = SCRATCH_SLACK,
-          opt_level: int = 3, fp16_nodes=frozenset()):
+          opt_level: int = 3, fp16_nodes=frozenset(), used: list | None = None):
     """Kernel choice and memory plan, RAM first: lower with no spare room (each
     kernel's leanest variant), plan; then let kernels with a faster buffered
     variant take scratch where the arena has room at their step (plus
     `slack` of the arena), and keep that if the arena stays within the slack
-    (else try again with half the slack). Returns (plan, room for render)."""
+    (else try again with half the slack). Returns (plan, room for render);
+    `used` receives the lowering of the plan returned."""
     lkw = dict(opt_level=opt_level, fp16_nodes=fp16_nodes)   # the choices render will make
     low = codegen.lower(g, prefix, b, **lkw)
     lean = planner.plan(g, algorithm, low.scratch, low.orders, preserve_inputs)
@@ -170,8 +203,12 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
             break
         fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
         if fast.arena_size <= lean.arena_size + extra:
+            if used is not None:
+                used[:] = [low2]
             return fast, room
         extra = extra // 2 // planner.ALIGN * planner.ALIGN
+    if used is not None:
+        used[:] = [low]
     return lean, None
 
 
@@ -208,7 +245,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   calibration: str | dict | None = None, calibrate: str = "minmax",
                   percentile: float = 99.99, io: str = "model", weights: str = "inline",
                   opt_level: int = 3, precision: str | None = None,
-                  stream: bool = False, preserve_inputs: bool = False) -> Compiled:
+                  stream: bool = False, preserve_inputs: bool = False, patch: bool = True,
+                  ram_vs_speed: float | None = None) -> Compiled:
     prefix = check_name(name)
     if weights not in ("inline", "separate"):
         raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
@@ -257,7 +295,23 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     fp16 = prec_mod.select(g, prec) if prec.any_fp16 else set()
     prec_mod.round_weights(g, fp16)
     target = b if opt_level >= 2 else None     # -O0/-O1: portable kernels
-    plan, room = _plan(g, prefix, target, algorithm, preserve_inputs, opt_level=opt_level, fp16_nodes=fp16)
+    planned = []     # (graph, (plan, room)) of the last graph planned
+
+    def evaluate(gg):
+        low = []
+        planned[:] = [(gg, _plan(gg, prefix, target, algorithm, preserve_inputs, opt_level=opt_level,
+                                 fp16_nodes=fp16, used=low))]
+        return planned[0][1][0], lambda: planner.profile(gg, low[0].scratch, low[0].orders, preserve_inputs)
+    if patch:
+        from .passes import tile
+        budget = tile.DEFAULT_BUDGET if ram_vs_speed is None else float(ram_vs_speed)
+        if not budget >= 0:
+            raise CuvilError(f"--ram-vs-speed {ram_vs_speed}: give the extra work tiling may add as a fraction of "
+                             f"the model's MACs, >= 0 (default {tile.DEFAULT_BUDGET})")
+        g = tile.run(g, budget, evaluate)
+    if not planned or planned[0][0] is not g:
+        evaluate(g)
+    plan, room = planned[0][1]
     macs = 0
     counts: Counter = Counter()
     for n in g.nodes:
@@ -265,6 +319,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         ins = [g.tensors[i] if i else None for i in n.inputs]
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
+    for n in _kernels(g):
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
                        target=target, room=room, weights=weights, opt_level=opt_level, fp16_nodes=fp16)

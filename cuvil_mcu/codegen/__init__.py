@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,7 +130,8 @@ class Emitter:
         if t.is_const:
             return self.const(t.data, name=t.name)
         off = self.plan.tensor_offset[t.name]
-        return f"({ctype} *)(a + {off}u)"
+        # a band of a tiled region inside a loop: an expression (ops/tiled.py)
+        return f"({ctype} *)(a + {off})" if isinstance(off, str) else f"({ctype} *)(a + {off}u)"
 
     def scratch(self, ctype: str = "unsigned char") -> str:
         off = self.plan.scratch_offset[self.node.name]
@@ -142,7 +144,7 @@ class Emitter:
         name = self.node.name
         at = self.scratch_bytes.get(name, 0)
         self.scratch_bytes[name] = at + -(-int(nbytes) // ALIGN) * ALIGN
-        if not isinstance(self.plan, _Probe) and (name not in self.plan.scratch_offset
+        if not getattr(self.plan, "probe", False) and (name not in self.plan.scratch_offset
                                                   or self.plan.scratch_size[name] < self.scratch_bytes[name]):
             raise RuntimeError(f"node '{name}': its kernel takes {self.scratch_bytes[name]} B of scratch the plan "
                                "does not have (plan with the lowering's scratch: compiler.plan_and_render)")
@@ -177,7 +179,9 @@ class Emitter:
                 for u in n.inputs:
                     if u:
                         self._last_read[u] = i
-        step = next(i for i, n in enumerate(self.graph.nodes) if n is self.node)
+        step = next((i for i, n in enumerate(self.graph.nodes) if n is self.node), None)
+        if step is None:       # a band of a tiled region: its input is a buffer of the region
+            return False
         if getattr(self.graph, "preserve_inputs", False) and name in self.graph.inputs:
             return False
         return self._last_read.get(name) == step and name not in self.graph.outputs
@@ -221,6 +225,27 @@ class Emitter:
         if symbol in self.consts and not any(symbol in line for line in self.body):
             del self.consts[symbol]
             self._const_by_key = {key: s for key, s in self._const_by_key.items() if s != symbol}
+
+    @contextmanager
+    def band(self, node, tensors: dict, scratch_at: int = 0, scratch_size: int | None = None):
+        """Emit `node`, one band of a tiled region's layer (ops/tiled.py; not
+        a graph node), inside this block: its tensors (by name) at the given
+        arena offsets (ints, or C expressions inside a loop), its kernel
+        scratch at scratch_at (scratch_size None: measuring, no check). The
+        orders its kernels declare are dropped (the region declares its own);
+        the block's value is a dict whose "scratch" is, after the block, the
+        bytes of scratch its kernels took."""
+        outer_plan, outer_node = self.plan, self.node
+        self.plan = _BandPlan(outer_plan, tensors, node.name, scratch_at, scratch_size)
+        self.node = node
+        self.scratch_bytes.pop(node.name, None)
+        info = {}
+        try:
+            yield info
+        finally:
+            info["scratch"] = self.scratch_bytes.pop(node.name, 0)
+            self.orders.pop(node.name, None)
+            self.plan, self.node = outer_plan, outer_node
 
     # --- literals ----------------------------------------------------------
     @staticmethod
@@ -336,10 +361,24 @@ def _emit_nodes(g: Graph, k: Emitter) -> None:
 class _Probe:
     """The plan stand-in while lowering: every offset 0."""
 
+    probe = True
+
     def __init__(self):
         from collections import defaultdict
         self.tensor_offset = defaultdict(int)
         self.scratch_offset = defaultdict(int)
+
+
+class _BandPlan:
+    """The plan as one band of a tiled region sees it (Emitter.band)."""
+
+    def __init__(self, outer, tensors: dict, name: str, scratch_at: int, scratch_size: int | None):
+        from collections import ChainMap
+        self.probe = getattr(outer, "probe", False) or scratch_size is None
+        self.tensor_offset = ChainMap(tensors, outer.tensor_offset)
+        self.scratch_offset = {name: scratch_at}
+        self.scratch_size = {name: scratch_size or 0}
+        self.variants = {}
 
 
 @dataclass

@@ -30,6 +30,7 @@ from ..errors import ShapeError, UnsupportedOpError
 from ..ir import Node, Tensor
 
 _REGISTRY: dict[str, "Op"] = {}
+NOT_TILED = "{} is not tiled"     # Op.band_rows of ops without a band rule
 
 
 def register(*op_types: str):
@@ -65,6 +66,20 @@ class Op:
         return 0
 
     def emit(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], k) -> None:
+        raise NotImplementedError
+
+    def band_rows(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]):
+        """Patch-based execution (planner/tiling.py, ops/tiled.py): the
+        vertical geometry (tiling.Rows) when output rows can be computed band
+        by band from a band of input 0's rows by this op's own kernel on
+        sub-views (NHWC rows), else a short reason why not."""
+        return NOT_TILED.format(node.op_type)
+
+    def band_node(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], c0: int, c1: int,
+                  x: Tensor, y: Tensor) -> Node:
+        """The node computing output rows [c0, c1) of `node` from input x (a
+        band of input 0's rows) into y (those output rows): `node` with the
+        band's padding (only for ops whose band_rows returns Rows)."""
         raise NotImplementedError
 
     def can_inplace(self, node: Node) -> bool:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import isa
-from ..planner import windows
+from ..ir import Node
+from ..planner import tiling, windows
 from .base import Op, register, shape_error, unsupported
 from .conv import ConvGeometry, _border_tables, conv_geometry, conv_nchw, out_channels, place_channels
 from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
@@ -182,6 +183,34 @@ class _QConvBase(Op):
     def macs(self, node, ins, outs):
         geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
         return geo.n * geo.m * geo.out_hw[0] * geo.out_hw[1] * geo.cg * geo.k[0] * geo.k[1]
+
+    def band_rows(self, node, ins, outs):
+        x, w = ins[self.X], ins[self.W]
+        if not channels_last(node) or len(x.shape) != 4:
+            return "not a 2-D NHWC convolution"
+        if x.shape[0] != 1:
+            return f"batch {x.shape[0]}"
+        if any(t is not None and not t.is_const for i, t in enumerate(ins) if i != self.X):
+            return "a parameter is computed at run time"
+        geo = qconv_geometry(node, x.shape, w.shape)
+        (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+        # depthwise kernels convert the rows a band reads (planes, padded rings): ~2.5
+        # instructions per byte read again; the others read windows per pixel anyway
+        dw = geo.cg == 1 and geo.group > 1
+        return tiling.Rows(k=(kh - 1) * geo.dilations[0] + 1, s=geo.strides[0], pt=geo.pad_begin[0], h_in=h,
+                           h_out=oh, row_in=wd * geo.c * x.itemsize, row_out=ow * geo.m * outs[0].itemsize,
+                           macs_row=geo.m * ow * geo.cg * kh * kw, outs_row=ow * geo.m, reread=2.5 if dw else 0.5)
+
+    def band_node(self, node, ins, outs, c0, c1, x, y):
+        geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
+        rows = self.band_rows(node, ins, outs)
+        top, bottom = rows.pads(c0, c1)
+        attrs = dict(node.attrs, pads=[top, geo.pad_begin[1], bottom, geo.pad_end[1]], auto_pad="NOTSET")
+        sub = Node(f"{node.name}@{c1 - c0}r{top}{bottom}", node.op_type,
+                   [x.name if i == self.X else t for i, t in enumerate(node.inputs)], [y.name], attrs, node.act,
+                   list(node.fused), node.opset)
+        assert qconv_geometry(sub, x.shape, ins[self.W].shape).out_hw == (c1 - c0, geo.out_hw[1]), (c0, c1)
+        return sub
 
     def emit(self, node, ins, outs, k):
         x, w = ins[self.X], ins[self.W]

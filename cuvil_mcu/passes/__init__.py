@@ -28,6 +28,11 @@ PIPELINE = [
 ]
 
 
+# After these (and quantization, --io, --stream), compiler.compile_model runs
+# tile.run(graph, budget, evaluate): patch-based execution needs the kernels'
+# scratch and the memory plan of each candidate, so it takes the compiler's
+# planning as `evaluate` (gen --no-patch leaves it out).
+
 # -O0: only what the rest of the compiler needs to be correct: fold-only ops
 # (Shape, Range, ...) evaluated, integer spatial ops in NHWC (their kernels'
 # layout), requantization mode and I/O quantization recorded. A QDQ model

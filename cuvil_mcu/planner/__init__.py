@@ -58,6 +58,9 @@ class Plan:
     aliases: list[dict] = field(default_factory=list)
     no_alias_bound: int | None = None   # the lower bound when no output may overlap its input
     variants: dict[str, str] = field(default_factory=dict)   # node -> kernel loop variant its alias needs
+    # tiled regions (ops/tiled.py), by node: layers, bands, buffers and their
+    # offsets, filled in when the header is rendered
+    tiles: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -68,6 +71,7 @@ class Plan:
             "algorithms_tried": self.tried,
             "lower_bound_without_windows": self.no_alias_bound,
             "aliases": self.aliases,
+            "tiles": [self.tiles[n] for n in sorted(self.tiles)],
             "scratch": [{"node": n, "offset": self.scratch_offset[n], "bytes": self.scratch_size[n]}
                         for n in sorted(self.scratch_offset, key=lambda n: (self.scratch_offset[n], n))],
             "buffers": [
@@ -108,7 +112,7 @@ class Plan:
 
 
 def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None = None,
-            preserve_inputs: bool = False, aliases: list | None = None
+            preserve_inputs: bool = False, aliases: list | None = None, tight: bool = False
             ) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
     """Analysis: the buffers of graph g, the buffer each run-time tensor lives
     in, and each node's scratch bytes (op.scratch plus `scratch`, node name
@@ -116,7 +120,9 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
     {input index: windows.Order or a callable giving one}: the output may be
     written over that input within the window the order allows (see
     windows.py); each alias taken is appended to `aliases`. Tensors of one
-    buffer then sit at offsets `Buffer.rel` from its start."""
+    buffer then sit at offsets `Buffer.rel` from its start. tight: each
+    output takes the window that keeps its own pair smallest, ignoring the
+    rest of its buffer (the bytes each step needs at least: `profile`)."""
     n_steps = len(g.nodes)
     end = n_steps  # graph outputs stay live after the last node
     root: dict[str, str] = {}
@@ -170,7 +176,7 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
                 if t is not None:
                     r, at = root[t], rel.get(t, 0)
             if r is None and j == 0 and orders and n.name in orders:
-                found = _window_alias(g, n, i, orders[n.name], root, rel, life, outputs, preserve_inputs)
+                found = _window_alias(g, n, i, orders[n.name], root, rel, life, outputs, preserve_inputs, tight)
                 if found is not None:
                     t, delta, variant, what, params = found
                     r, at = root[t], rel.get(t, 0) + delta
@@ -209,7 +215,7 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
     return bufs, root, scratch_of
 
 
-def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
+def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs, tight=False):
     """(input, delta, variant) when output 0 of node n (step i) can be
     written over one of its inputs: the input dies here, no other tensor of
     its buffer that is still needed shares the bytes the output would take,
@@ -239,7 +245,7 @@ def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
         ext = (min(rel.get(m, 0) for m in group), max(rel.get(m, 0) + g.tensors[m].nbytes for m in group))
         blocked = [(rel.get(m, 0), rel.get(m, 0) + g.tensors[m].nbytes) for m in group
                    if m not in same and life[m][1] >= i]
-        delta = best_delta(order, ALIGN, at, ext, blocked)
+        delta = best_delta(order, ALIGN) if tight else best_delta(order, ALIGN, at, ext, blocked)
         if delta is None:
             continue
         lo = at + delta
@@ -336,6 +342,19 @@ def plan(g: Graph, algorithm: str = "auto", scratch: dict[str, int] | None = Non
     )
 
 
+def profile(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None = None,
+            preserve_inputs: bool = False) -> dict[int, int]:
+    """Bytes each step needs at least (-1: before the first node, len(nodes):
+    after the last), with every output written over its input as tightly as
+    its own window allows. A plan's own steps may take more (its windows
+    leave room for the next layer where the arena allows); the tiling pass
+    estimates from this."""
+    from .algorithms import live_extent
+    bufs, _, _ = buffers(g, scratch, orders, preserve_inputs, tight=True)
+    recs = [b.record() for b in bufs]
+    return {s: sum(live_extent(r, s) for r in recs) for s in range(-1, len(g.nodes) + 1)}
+
+
 def room(g: Graph, p: Plan) -> dict[str, int]:
     """Per node: arena bytes free at its step (arena minus the bytes live
     there, its own scratch not counted): scratch a kernel may take there
@@ -355,4 +374,4 @@ def _extent(records, offsets) -> int:
     return max((off + r[0] for r, off in zip(records, offsets)), default=0)
 
 
-__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lifetimes", "lower_bound", "overlaps", "plan", "room"]
+__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "lifetimes", "lower_bound", "overlaps", "plan", "profile", "room"]
