@@ -88,8 +88,12 @@ class Compiled:
         lines += [f"budget   {b}" for b in self.budget_lines] or [f"budget   {self.board.id}: no RAM/flash limit"]
         if self.budget_lines:
             lines.append(f"fits     {self.board.id}")
+        dtypes = {name: t.dtype for name, t in g.tensors.items()}
+        for n in g.nodes:
+            if n.op_type == "cuvil.TiledRegion":
+                dtypes.update((name, t.dtype) for name, t in n.attrs["_region"].tensors.items())
         soft = [n for n in kernels if n.op_type not in EDGE_OPS
-                and any(g.tensors[o].dtype == "float32" for o in n.outputs if o)]
+                and any(dtypes.get(o) == "float32" for o in n.outputs if o)]
         if soft and self.board.isa.get("fpu") is False:
             lines.append(f"warning  {self.board.id} ({self.board.core}) has no FPU: {_count(len(soft), 'float kernel')} "
                          f"({_types(soft)}) run in software floating point, many times slower than int8 kernels; "

@@ -234,8 +234,9 @@ def write(files: dict[Path, str | bytes], *, inputs=(), labels: dict[Path, str] 
         except OSError as e:
             raise os_error(p, e) from None
     if root is not None:
+        groups = _by_manifest(data, Path(root))
         if not force:
-            theirs = foreign(data, root)
+            theirs = [p for folder, ps in groups.items() for p in foreign(ps, folder)]
             if theirs:
                 names = ", ".join(short(p, 80) for p in theirs[:NAMED])
                 more = f" and {len(theirs) - NAMED} more" if len(theirs) > NAMED else ""
@@ -243,7 +244,22 @@ def write(files: dict[Path, str | bytes], *, inputs=(), labels: dict[Path, str] 
                 raise OutputError(f"{names}{more} {verb} and gen did not write {'it' if len(theirs) == 1 else 'them'} "
                                   f"(or {'it' if len(theirs) == 1 else 'they'} changed since): --force overwrites, "
                                   f"or choose another -o folder")
-        data[root / MANIFEST] = _manifest_text(root, {p: v for p, v in data.items()}).encode()
+        for folder, ps in groups.items():
+            data[folder / MANIFEST] = _manifest_text(folder, {p: data[p] for p in ps}).encode()
+    _write_all(data)
+    return [p for p in data if p.name != MANIFEST]
+
+
+def _by_manifest(data: dict[Path, bytes], root: Path) -> dict[Path, list[Path]]:
+    """The manifest folder of each file: root for the files under it, a
+    file's own folder for one outside it (a --plan-out beside the model), so
+    a later gen with another -o still knows that file as gen's."""
+    out: dict[Path, list[Path]] = {}
+    top = os.path.abspath(root)
+    for p in data:
+        inside = os.path.commonpath([top, os.path.abspath(p)]) == top
+        out.setdefault(root if inside else p.parent, []).append(p)
+    return out
     _write_all(data)
     return [p for p in data if root is None or p != root / MANIFEST]
 

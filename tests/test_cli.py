@@ -450,14 +450,18 @@ def test_manifest_is_sha256sum_checkable(models, tmp_path):
     plan = tmp_path / "plan.json"
     r = cli("gen", models / "small.onnx", "-o", out, "--plan-out", plan)
     assert r.returncode == 0, r.stderr
-    rows = [line.split("  ", 1) for line in (out / ".cuvil-mcu-files").read_text().splitlines()
-            if not line.startswith("#")]
-    assert sorted(rel for _, rel in rows) == ["../plan.json", "model.h"]
-    for digest, rel in rows:
-        assert hashlib.sha256((out / rel).read_bytes()).hexdigest() == digest, rel
+    # each file is recorded in the manifest of its folder: -o's, and the plan's own
+    for folder, want in ((out, ["model.h"]), (tmp_path, ["plan.json"])):
+        rows = [line.split("  ", 1) for line in (folder / ".cuvil-mcu-files").read_text().splitlines()
+                if not line.startswith("#")]
+        assert sorted(rel for _, rel in rows) == want
+        for digest, rel in rows:
+            assert hashlib.sha256((folder / rel).read_bytes()).hexdigest() == digest, rel
     assert f"wrote    2 files in {out}/: model.h; {plan}" in r.stdout, r.stdout
     # the same --plan-out again: gen's own file, replaced; a file it did not write: refused
     assert cli("gen", models / "small.onnx", "-o", out, "--plan-out", plan).returncode == 0
+    # ... also by a gen into another -o folder (the plan's folder knows it)
+    assert cli("gen", models / "small.onnx", "-o", tmp_path / "out2", "--plan-out", plan).returncode == 0
     (tmp_path / "notes.json").write_text("{}\n")
     msg = fails(cli("gen", models / "small.onnx", "-o", out, "--plan-out", tmp_path / "notes.json"))
     assert "notes.json" in msg and (tmp_path / "notes.json").read_text() == "{}\n"
