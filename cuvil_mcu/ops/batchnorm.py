@@ -1,7 +1,7 @@
 """BatchNormalization in inference form (float32): per channel (axis 1)
 y = x * s + t with s = scale / sqrt(var + epsilon) and t = B - mean * s,
 both computed here at compile time (`bn_coeffs`, which the reference, the
-kernel's constants and passes.fold_batchnorm all share). Usually folded into
+kernel's constants and passes.fold_affine all share). Usually folded into
 the Conv/Gemm before it; this kernel runs the ones that cannot be folded.
 """
 from __future__ import annotations

@@ -192,8 +192,10 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     t = n.op_type
     if t in qdq_rnn.OPS:   # recurrent layers: their own patterns
         return qdq_rnn.rewrite(n, ctx)
-    if t in ("Conv", "MatMul", "Gemm", "Add", "Mul"):
+    if t in ("Conv", "MatMul", "Gemm", "Add", "Mul", "Sum", "BatchNormalization"):
         allow_act = True
+    elif t == "LRN":
+        allow_act = False
     elif t in ("AveragePool", "GlobalAveragePool", "Softmax", "Concat") or t in LUT_FNS:
         allow_act = t in ("AveragePool", "GlobalAveragePool", "Concat")
     elif t in PASS_THROUGH:
@@ -207,7 +209,8 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     act, qs, absorbed = found
     if n.act is not None:  # a clamp fused earlier (e.g. when re-run after PTQ) stays
         act = n.act if act is None else (max(act[0], n.act[0]), min(act[1], n.act[1]))
-        if t not in ("Conv", "MatMul", "Gemm", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat"):
+        if t not in ("Conv", "MatMul", "Gemm", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat", "Sum",
+                     "BatchNormalization"):
             return False
     if bias_add is not None:
         absorbed = [bias_add] + absorbed
@@ -337,6 +340,33 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         _replace(n, [node], qs, absorbed, ctx)
         return True
 
+    if t == "Sum":
+        dqs = [_in_dq(i, ctx) for i in n.inputs]
+        if not dqs or any(d is None or g.tensors[d.inputs[0]].dtype != g.tensors[out].dtype for d in dqs):
+            return False
+        ins = [y_s, y_zp]
+        for d in dqs:
+            ins += [d.inputs[0], d.input(1), _zp_name(d, ctx)]
+        node = Node(n.name, "cuvil.QSum", ins, [out], {}, act, [f"{a.op_type} '{a.name}'" for a in absorbed])
+        _replace(n, [node], qs, absorbed, ctx)
+        return True
+
+    if t == "LRN":
+        x = _in_dq(n.inputs[0], ctx)
+        if x is None or g.tensors[x.inputs[0]].dtype != g.tensors[out].dtype:
+            return False
+        attrs = {k: n.attrs[k] for k in ("size", "alpha", "beta", "bias") if k in n.attrs}
+        node = Node(n.name, "cuvil.QLRN", [x.inputs[0], x.input(1), _zp_name(x, ctx), y_s, y_zp], [out], attrs)
+        _replace(n, [node], qs, absorbed, ctx)
+        return True
+
+    if t == "BatchNormalization":
+        node = _affine_dwconv(n, ctx, y_s, y_zp, out, act, absorbed)
+        if node is None:
+            return False
+        _replace(n, [node], qs, absorbed, ctx)
+        return True
+
     if t in PASS_THROUGH:
         x = _in_dq(n.inputs[0], ctx)
         if x is None or not ctx.same_params(x, q) or g.tensors[x.inputs[0]].dtype != g.tensors[out].dtype:
@@ -362,6 +392,41 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         _replace(n, [node], qs, absorbed, ctx)
         return True
     return False
+
+
+def _affine_dwconv(n: Node, ctx: _Ctx, y_s: str, y_zp: str, out: str, act, absorbed) -> Node | None:
+    """DQ -> BatchNormalization -> Q as an integer per-channel affine map: a
+    1x1 depthwise QLinearConv with weight sign(s[c]) * 127 at scale
+    |s[c]| / 127 (so the weight is s[c] to float32 rounding) and int32 bias
+    t[c] / (x_scale * w_scale[c]); None when it does not apply (run-time
+    statistics, rank other than 3 or 4, a bias past int32)."""
+    from ..ops.batchnorm import bn_coeffs
+    g = ctx.g
+    x = _in_dq(n.inputs[0], ctx)
+    if x is None or any(o for o in n.outputs[1:]) or g.tensors[x.inputs[0]].dtype != g.tensors[out].dtype:
+        return None
+    params = [ctx.const(i) for i in n.inputs[1:5]]
+    rank = len(g.tensors[x.inputs[0]].shape)
+    if len(params) != 4 or any(p is None for p in params) or rank not in (3, 4):
+        return None
+    s, t = bn_coeffs(n, *params)
+    c = g.tensors[x.inputs[0]].shape[1]
+    if s.size != c:
+        return None
+    ws = np.where(s != 0, np.abs(s) / np.float32(127), np.float32(1)).astype(np.float32)
+    wq = (np.sign(s) * 127).astype(np.int8).reshape((c,) + (1,) * (rank - 1))
+    xs = np.float32(ctx.const(x.input(1)).reshape(-1)[0])
+    target = (xs * ws).astype(np.float64)
+    if not np.all(np.abs(t.astype(np.float64) / target) < 2 ** 30):
+        return None
+    b = _bias(g.add_const(f"{n.name}_shift", t), ctx, xs, ws, c)
+    w = g.add_const(f"{n.name}_scale_q", wq)
+    attrs = {"group": c, "kernel_shape": [1] * (rank - 2), "strides": [1] * (rank - 2), "pads": [0] * (2 * rank - 4)}
+    return Node(n.name, "QLinearConv",
+                [x.inputs[0], x.input(1), _zp_name(x, ctx), w, g.add_const(f"{n.name}_scale_s", ws),
+                 g.add_const(f"{n.name}_scale_z", np.zeros(c, np.int8)), y_s, y_zp, b], [out], attrs, act,
+                [f"BatchNormalization '{n.name}' (per-channel affine as a 1x1 depthwise integer conv)"]
+                + [f"{a.op_type} '{a.name}'" for a in absorbed])
 
 
 def _fix_shapes(g: Graph, nodes: list[Node]) -> None:
