@@ -105,9 +105,11 @@ def _fold_conv(g: Graph, p: Node, s: np.ndarray, t: np.ndarray) -> bool:
     if b_name and b is None:
         return False
     shape = (-1,) + (1,) * (w.ndim - 1)
-    w2 = (w.astype(np.float64) * s.reshape(shape)).astype(np.float32)
     b2 = (t if b is None else b.astype(np.float64) * s + t).astype(np.float32)
-    _set_inputs(g, p, {1: g.add_const(f"{p.input(1)}_bn", w2), 2: g.add_const(f"{p.name}_bias_bn", b2)})
+    new = {2: g.add_const(f"{p.name}_bias_bn", b2)}
+    if np.any(s != 1):   # a shift alone leaves the weights as they are
+        new[1] = g.add_const(f"{p.input(1)}_bn", (w.astype(np.float64) * s.reshape(shape)).astype(np.float32))
+    _set_inputs(g, p, new)
     return True
 
 
