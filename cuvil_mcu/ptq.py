@@ -65,7 +65,7 @@ INT_OP = {"Conv": "QLinearConv", "Gemm": "com.microsoft.QGemm", "MatMul": "com.m
           "GlobalAveragePool": "com.microsoft.QLinearGlobalAveragePool",
           "Softmax": "com.microsoft.QLinearSoftmax", "Concat": "com.microsoft.QLinearConcat",
           "MaxPool": "cuvil.QMaxPool", "Sum": "cuvil.QSum", "LRN": "cuvil.QLRN",
-          "BatchNormalization": "QLinearConv",    # per-channel affine: a 1x1 depthwise integer conv
+          "BatchNormalization": "cuvil.QAffine",    # a per-channel affine map
           **{t: "cuvil.QLut" for t in LUT_OPS},
           **{t: t for t in PASS_THROUGH if t != "MaxPool"}}
 # Ops whose fused Relu/Clip the QDQ pass folds into the integer kernel.
@@ -253,8 +253,7 @@ def _quantizable(n: Node, g: Graph, reg) -> bool:
     if t == "Clip":
         return all(not n.input(i) or _const(g, n.input(i)) is not None for i in (1, 2))
     if t == "BatchNormalization":
-        return len(g.tensors[n.inputs[0]].shape) in (3, 4) and \
-            all(_const(g, n.input(i)) is not None for i in range(1, 5))
+        return all(_const(g, n.input(i)) is not None for i in range(1, 5))
     return True
 
 

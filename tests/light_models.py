@@ -216,11 +216,13 @@ def _output_types(m: onnx.ModelProto) -> None:
     g.output.extend(known[n] for n in names)
 
 
-def quantized(m: onnx.ModelProto, samples: int = 4, seed: int = 5) -> onnx.ModelProto:
+def quantized(m: onnx.ModelProto, samples: int = 4, seed: int = 5, extra_ops: tuple[str, ...] = ()) -> onnx.ModelProto:
     """onnxruntime's quantize_static (QDQ, int8 activations and per-channel
     int8 weights) of float model m, calibrated on seeded normal inputs; m is
     converted to opset 13 first (per-channel DequantizeLinear needs it), and
-    stays IR version 3."""
+    stays IR version 3. extra_ops: op types to quantize beyond onnxruntime's
+    defaults (which leave Sum and LRN float unless a neighbour quantizes
+    their tensors)."""
     import tempfile
 
     from onnx import version_converter
@@ -242,8 +244,12 @@ def quantized(m: onnx.ModelProto, samples: int = 4, seed: int = 5) -> onnx.Model
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
         onnx.save(m13, src)
+        kw = {}
+        if extra_ops:
+            from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+            kw["op_types_to_quantize"] = sorted(set(QDQRegistry) | set(QLinearOpsRegistry) | set(extra_ops))
         quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                        weight_type=QuantType.QInt8, per_channel=True)
+                        weight_type=QuantType.QInt8, per_channel=True, **kw)
         return onnx.load(dst)
 
 

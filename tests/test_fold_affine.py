@@ -122,8 +122,9 @@ def qdq(x, s, z, name):
 
 def test_int8_batchnorm_is_integer():
     """DQ -> BatchNormalization -> Relu -> Q (the pre-activation BatchNorm of
-    an onnxruntime QDQ DenseNet): a 1x1 depthwise integer conv, no float
-    kernel, C = reference in both modes, within one step of onnxruntime."""
+    an onnxruntime QDQ DenseNet): one integer cuvil.QAffine, no float
+    kernel, C = reference in both modes, equal to onnxruntime running the
+    QDQ graph as written (one rounding, 2^-k of a step from the real map)."""
     c = 6
     p = bn("bn", c)
     p["bn_s"][2] = -p["bn_s"][2]       # a negative scale too
@@ -132,14 +133,14 @@ def test_int8_batchnorm_is_integer():
     m = make_model(qdq("x", "xs", "xz", "xd") + [bn_node("xd", "b", "bn"), node("Relu", ["b"], ["r"])]
                    + qdq("r", "ys", "yz", "y"), {"x": ((1, c, 5, 5), "float32")}, ["y"], inits)
     ks = kernels(m)
-    assert "BatchNormalization" not in ks and "QLinearConv" in ks and ks.count("DequantizeLinear") == 1
+    assert "BatchNormalization" not in ks and "cuvil.QAffine" in ks and ks.count("DequantizeLinear") == 1
     x = (RNG.randn(1, c, 5, 5) * 2).astype(np.float32)
     ort_out = run_ort(m, {"x": x})[0]
     for mode in ("fixed", "float"):
         ref = run_ref(m, {"x": x}, requant=mode)[0]
         assert_exact(run_c(m, {"x": x}, requant=mode)[0], ref, f"{mode}: generated C vs reference")
         steps = np.rint(np.abs(ref.astype(np.float64) - ort_out) / 0.03)
-        assert steps.max() <= 1 and np.unique(ref).size > 20, f"{mode}: {steps.max()} steps from onnxruntime"
+        assert steps.max() == 0 and np.unique(ref).size > 20, f"{mode}: {steps.max()} steps from onnxruntime"
 
 
 def test_ptq_preactivation_batchnorm_has_no_float_island():

@@ -20,7 +20,8 @@ from ..ir import Graph, Node, Tensor
 from . import dead_nodes
 
 SPATIAL = {"QLinearConv", "ConvInteger", "com.microsoft.QLinearAveragePool",
-           "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool", "cuvil.QLRN"}
+           "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool", "cuvil.QLRN",
+           "cuvil.QAffine"}
 # element-wise ops: (run-time data input indices) — all other inputs are scalars
 ELEMENTWISE = {"com.microsoft.QLinearAdd": (0, 3), "com.microsoft.QLinearMul": (0, 3), "cuvil.QLut": (0,),
                "QuantizeLinear": (0,), "DequantizeLinear": (0,), "Relu": (0,), "Clip": (0,)}

@@ -284,6 +284,10 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         return True
 
     if t in ("Add", "Mul"):
+        node = _affine_q(n, ctx, y_s, y_zp, out, act, absorbed)
+        if node is not None:
+            _replace(n, [node], qs, absorbed, ctx)
+            return True
         a, b = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx)
         if a is None or b is None:
             return False
@@ -361,7 +365,7 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         return True
 
     if t == "BatchNormalization":
-        node = _affine_dwconv(n, ctx, y_s, y_zp, out, act, absorbed)
+        node = _affine_q(n, ctx, y_s, y_zp, out, act, absorbed)
         if node is None:
             return False
         _replace(n, [node], qs, absorbed, ctx)
@@ -394,39 +398,41 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     return False
 
 
-def _affine_dwconv(n: Node, ctx: _Ctx, y_s: str, y_zp: str, out: str, act, absorbed) -> Node | None:
-    """DQ -> BatchNormalization -> Q as an integer per-channel affine map: a
-    1x1 depthwise QLinearConv with weight sign(s[c]) * 127 at scale
-    |s[c]| / 127 (so the weight is s[c] to float32 rounding) and int32 bias
-    t[c] / (x_scale * w_scale[c]); None when it does not apply (run-time
-    statistics, rank other than 3 or 4, a bias past int32)."""
+def _affine_q(n: Node, ctx: _Ctx, y_s: str, y_zp: str, out: str, act, absorbed) -> Node | None:
+    """DQ -> BatchNormalization -> Q, or DQ(x) -> Mul / Add by a per-channel
+    constant (BatchNorm as Caffe2 writes it) -> Q: a per-channel affine map,
+    as one integer cuvil.QAffine (ops/batchnorm.py: one rounding, within
+    2^-k of a step of the real map). None when it does not apply (run-time
+    statistics; a scalar constant, which stays TFLM's MUL / ADD recipe)."""
     from ..ops.batchnorm import bn_coeffs
+    from .fold_affine import _per_channel
     g = ctx.g
-    x = _in_dq(n.inputs[0], ctx)
-    if x is None or any(o for o in n.outputs[1:]) or g.tensors[x.inputs[0]].dtype != g.tensors[out].dtype:
+    if n.op_type == "BatchNormalization":
+        x = _in_dq(n.inputs[0], ctx)
+        params = [ctx.const(i) for i in n.inputs[1:5]]
+        if x is None or any(o for o in n.outputs[1:]) or len(params) != 4 or any(p is None for p in params):
+            return None
+        s, t = bn_coeffs(n, *params)
+        what = f"BatchNormalization '{n.name}'"
+    else:
+        consts = [i for i in (0, 1) if ctx.const(n.input(i)) is not None]
+        if len(n.inputs) != 2 or len(consts) != 1:
+            return None
+        x = _in_dq(n.inputs[1 - consts[0]], ctx)
+        if x is None or g.tensors[out].shape != g.tensors[x.inputs[0]].shape:
+            return None
+        v = _per_channel(ctx.const(n.input(consts[0])), g.tensors[x.inputs[0]].shape)
+        if v is None or v.size < 2 or np.all(v == v[0]):
+            return None
+        s, t = (v, np.zeros_like(v)) if n.op_type == "Mul" else (np.ones_like(v), v)
+        what = f"{n.op_type} '{n.name}' by a per-channel constant"
+    src = g.tensors[x.inputs[0]]
+    if len(src.shape) < 2 or src.dtype != g.tensors[out].dtype or s.size != src.shape[1]:
         return None
-    params = [ctx.const(i) for i in n.inputs[1:5]]
-    rank = len(g.tensors[x.inputs[0]].shape)
-    if len(params) != 4 or any(p is None for p in params) or rank not in (3, 4):
-        return None
-    s, t = bn_coeffs(n, *params)
-    c = g.tensors[x.inputs[0]].shape[1]
-    if s.size != c:
-        return None
-    ws = np.where(s != 0, np.abs(s) / np.float32(127), np.float32(1)).astype(np.float32)
-    wq = (np.sign(s) * 127).astype(np.int8).reshape((c,) + (1,) * (rank - 1))
-    xs = np.float32(ctx.const(x.input(1)).reshape(-1)[0])
-    target = (xs * ws).astype(np.float64)
-    if not np.all(np.abs(t.astype(np.float64) / target) < 2 ** 30):
-        return None
-    b = _bias(g.add_const(f"{n.name}_shift", t), ctx, xs, ws, c)
-    w = g.add_const(f"{n.name}_scale_q", wq)
-    attrs = {"group": c, "kernel_shape": [1] * (rank - 2), "strides": [1] * (rank - 2), "pads": [0] * (2 * rank - 4)}
-    return Node(n.name, "QLinearConv",
-                [x.inputs[0], x.input(1), _zp_name(x, ctx), w, g.add_const(f"{n.name}_scale_s", ws),
-                 g.add_const(f"{n.name}_scale_z", np.zeros(c, np.int8)), y_s, y_zp, b], [out], attrs, act,
-                [f"BatchNormalization '{n.name}' (per-channel affine as a 1x1 depthwise integer conv)"]
-                + [f"{a.op_type} '{a.name}'" for a in absorbed])
+    ins = [x.inputs[0], x.input(1), _zp_name(x, ctx), y_s, y_zp,
+           g.add_const(f"{n.name}_S", np.asarray(s, np.float32)), g.add_const(f"{n.name}_T", np.asarray(t, np.float32))]
+    return Node(n.name, "cuvil.QAffine", ins, [out], {}, act,
+                [f"{what} (per-channel affine)"] + [f"{a.op_type} '{a.name}'" for a in absorbed])
 
 
 def _fix_shapes(g: Graph, nodes: list[Node]) -> None:

@@ -23,8 +23,8 @@
      0: "x" float32 [1, 3, 4, 5]  (60 elements, 240 bytes)
    Outputs:
      0: "y" float32 [1, 60]  (60 elements, 240 bytes)
-   Memory: arena 480 B (planner: greedy_by_size, lower bound 480 B) + kernel stack <= 512 B = RAM 992 B; constants 612 B.
-   Compute: 0 multiply-accumulates per inference.
+   Memory: arena 480 B (planner: greedy_by_size, lower bound 480 B) + kernel stack <= 512 B = RAM 992 B; constants 564 B.
+   Compute: 60 multiply-accumulates per inference.
 
    Hooks (define before including): MODEL_STATIC (make the API static),
    MODEL_WEIGHTS_ATTR (section/alignment of the constants),
@@ -143,7 +143,7 @@ MODEL_DEF const char *model_status_str(int status);
 extern "C" {
 #endif
 
-/* ---- constants (612 bytes) ---- */
+/* ---- constants (564 bytes) ---- */
 /* bcast_shape int32[6] */
 static const int32_t model__w0_bcast_shape[6] MODEL_WEIGHTS_ATTR = {
     1, 1, 1, 1, 3, 20
@@ -160,16 +160,8 @@ static const int32_t model__w2_bcast_stride[6] MODEL_WEIGHTS_ATTR = {
 static const float model__w3_b[3] MODEL_WEIGHTS_ATTR = {
     -1.0434254f, -2.2694712f, 0.53382033f
 };
-/* bcast_shape int32[6] */
-static const int32_t model__w4_bcast_shape[6] MODEL_WEIGHTS_ATTR = {
-    1, 1, 1, 1, 1, 60
-};
-/* bcast_stride int32[6] */
-static const int32_t model__w5_bcast_stride[6] MODEL_WEIGHTS_ATTR = {
-    0, 0, 0, 0, 0, 1
-};
-/* w float32[60] */
-static const float model__w6_w[60] MODEL_WEIGHTS_ATTR = {
+/* scale_1_s float32[60] */
+static const float model__w4_scale_1_s[60] MODEL_WEIGHTS_ATTR = {
     -1.0816169f, -0.4194583f, 0.33973137f, 0.6074826f, -1.1180178f, 1.1710758f, -0.4302446f, 1.0597537f,
     1.2392946f, -0.4781866f, 0.87652045f, 2.3670943f, -1.1656594f, -0.6655646f, 1.298783f, 1.0740472f,
     -0.20594415f, 1.8430872f, 0.018781781f, 0.42275512f, -1.374073f, -1.6611656f, 2.3612094f, 0.32392424f,
@@ -179,16 +171,16 @@ static const float model__w6_w[60] MODEL_WEIGHTS_ATTR = {
     1.6607393f, 0.03673074f, -0.31458068f, -1.4054896f, -0.19006005f, -0.47608116f, -0.84771866f, 0.49346f,
     0.6273043f, 0.5041543f, -0.7747005f, -0.4241444f
 };
-/* c float32[1, 60] */
-static const float model__w7_c[60] MODEL_WEIGHTS_ATTR = {
-    -1.1943254f, 0.8283939f, 1.2361314f, -0.2567708f, 0.15415996f, 1.2167993f, 0.42348146f, -1.8979592f,
-    -0.123662055f, -0.6838856f, -0.15785393f, 0.015741687f, -0.7444472f, -0.57240975f, 0.31078115f, 0.30071965f,
-    0.8196001f, 0.512277f, -0.8332826f, 2.7723615f, 0.03441843f, 0.47896725f, 0.25863495f, 1.2048643f,
-    0.25732702f, -2.732022f, -0.2192531f, 1.2007163f, -1.488634f, -1.0143806f, 0.925939f, -1.2095821f,
-    0.7630107f, -1.1869931f, -0.18117419f, 2.3610692f, 1.0104649f, -0.23144326f, -0.60726434f, -1.2372688f,
-    -0.21279366f, 0.51485634f, -1.6376505f, -0.5876316f, 0.56657535f, 0.80389726f, 0.5539112f, -1.6305324f,
-    -0.60883033f, 0.20828058f, -1.3445709f, 0.85195994f, 0.26171997f, -0.082325235f, -1.4159528f, 0.14392835f,
-    1.957231f, -1.5159361f, -0.11518437f, 0.26042804f
+/* scale_1_t float32[60] */
+static const float model__w5_scale_1_t[60] MODEL_WEIGHTS_ATTR = {
+    1.1943254f, -0.8283939f, -1.2361314f, 0.2567708f, -0.15415996f, -1.2167993f, -0.42348146f, 1.8979592f,
+    0.123662055f, 0.6838856f, 0.15785393f, -0.015741687f, 0.7444472f, 0.57240975f, -0.31078115f, -0.30071965f,
+    -0.8196001f, -0.512277f, 0.8332826f, -2.7723615f, -0.03441843f, -0.47896725f, -0.25863495f, -1.2048643f,
+    -0.25732702f, 2.732022f, 0.2192531f, -1.2007163f, 1.488634f, 1.0143806f, -0.925939f, 1.2095821f,
+    -0.7630107f, 1.1869931f, 0.18117419f, -2.3610692f, -1.0104649f, 0.23144326f, 0.60726434f, 1.2372688f,
+    0.21279366f, -0.51485634f, 1.6376505f, 0.5876316f, -0.56657535f, -0.80389726f, -0.5539112f, 1.6305324f,
+    0.60883033f, -0.20828058f, 1.3445709f, -0.85195994f, -0.26171997f, 0.082325235f, 1.4159528f, -0.14392835f,
+    -1.957231f, 1.5159361f, 0.11518437f, -0.26042804f
 };
 
 /* ---- kernels ---- */
@@ -216,52 +208,22 @@ static void model__binary_f32_add(float *out, const float *a, const float *b, co
     }
 }
 
-/* out = x * y for x from a, y from b (broadcast), then the fused clamp
-   [lo, hi]. n: 6 dimension sizes, outer first; sa/sb: element strides of a
-   and b (0 where broadcast). out may be a or b (in place). */
-static void model__binary_f32_mul(float *out, const float *a, const float *b, const int32_t *n,
-                     const int32_t *sa, const int32_t *sb, float lo, float hi)
+/* Inference BatchNormalization folded to a per-channel affine map, with the
+   fused clamp: y[b][c][i] = clamp(x[b][c][i] * s[c] + t[c], lo, hi) for
+   b < n, c < ch, i < inner (the elements per channel). y may be x. */
+static void model__batchnorm_f32(float *y, const float *x, const float *s, const float *t,
+                     int32_t n, int32_t ch, int32_t inner, float lo, float hi)
 {
-    int32_t i0, i1, i2, i3, i4, i5;
-    for (i0 = 0; i0 < n[0]; ++i0)
-    for (i1 = 0; i1 < n[1]; ++i1)
-    for (i2 = 0; i2 < n[2]; ++i2)
-    for (i3 = 0; i3 < n[3]; ++i3)
-    for (i4 = 0; i4 < n[4]; ++i4) {
-        const float *pa = a + i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3] + i4 * sa[4];
-        const float *pb = b + i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3] + i4 * sb[4];
-        const int32_t da = sa[5], db = sb[5];
-        for (i5 = 0; i5 < n[5]; ++i5) {
-            const float x = pa[i5 * da];
-            const float y = pb[i5 * db];
-            const float r = x * y;
-            *out++ = r < lo ? lo : (r > hi ? hi : r);
+    int32_t b, c, i;
+    for (b = 0; b < n; ++b)
+        for (c = 0; c < ch; ++c) {
+            const float sc = s[c], sh = t[c];
+            const int32_t base = (b * ch + c) * inner;
+            for (i = 0; i < inner; ++i) {
+                const float r = x[base + i] * sc + sh;
+                y[base + i] = r < lo ? lo : (r > hi ? hi : r);
+            }
         }
-    }
-}
-
-/* out = x - y for x from a, y from b (broadcast), then the fused clamp
-   [lo, hi]. n: 6 dimension sizes, outer first; sa/sb: element strides of a
-   and b (0 where broadcast). out may be a or b (in place). */
-static void model__binary_f32_sub(float *out, const float *a, const float *b, const int32_t *n,
-                     const int32_t *sa, const int32_t *sb, float lo, float hi)
-{
-    int32_t i0, i1, i2, i3, i4, i5;
-    for (i0 = 0; i0 < n[0]; ++i0)
-    for (i1 = 0; i1 < n[1]; ++i1)
-    for (i2 = 0; i2 < n[2]; ++i2)
-    for (i3 = 0; i3 < n[3]; ++i3)
-    for (i4 = 0; i4 < n[4]; ++i4) {
-        const float *pa = a + i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3] + i4 * sa[4];
-        const float *pb = b + i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3] + i4 * sb[4];
-        const int32_t da = sa[5], db = sb[5];
-        for (i5 = 0; i5 < n[5]; ++i5) {
-            const float x = pa[i5 * da];
-            const float y = pb[i5 * db];
-            const float r = x - y;
-            *out++ = r < lo ? lo : (r > hi ? hi : r);
-        }
-    }
 }
 
 /* y[i] = 1.0f / (1.0f + expf(-v)) for v = x[i]; p0/p1 are the op's parameters. y may be x. */
@@ -300,11 +262,9 @@ MODEL_DEF int model_run(void *arena)
     model__binary_f32_add((float *)(a + 240u), (float *)(a + 0u), model__w3_b, model__w0_bcast_shape, model__w1_bcast_stride, model__w2_bcast_stride, 0.0f, FLT_MAX);
     /* 1: Reshape 'flatten' -> [1, 60] */
     /* view: no code */
-    /* 2: Mul 'scale' -> [1, 60] */
-    model__binary_f32_mul((float *)(a + 240u), (float *)(a + 240u), model__w6_w, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -FLT_MAX, FLT_MAX);
-    /* 3: Sub 'shift' -> [1, 60] */
-    model__binary_f32_sub((float *)(a + 240u), (float *)(a + 240u), model__w7_c, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -FLT_MAX, FLT_MAX);
-    /* 4: Sigmoid 'sigmoid' -> [1, 60] */
+    /* 2: BatchNormalization 'scale_1' + Mul 'scale', Sub 'shift' -> [1, 60] */
+    model__batchnorm_f32((float *)(a + 240u), (float *)(a + 240u), model__w4_scale_1_s, model__w5_scale_1_t, 1, 60, 1, -FLT_MAX, FLT_MAX);
+    /* 3: Sigmoid 'sigmoid' -> [1, 60] */
     model__unary_f32_sigmoid((float *)(a + 240u), (float *)(a + 240u), 60, 0.0f, 0.0f);
     return MODEL_OK;
 }
