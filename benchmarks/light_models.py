@@ -4,7 +4,10 @@ model: compiled or why not, the kernels, the generated C's max error on the
 host against onnxruntime (graph optimizations off) on one seeded image,
 and with --int8 the same for onnxruntime's quantize_static QDQ model in
 both requantization modes, in output steps (|C - onnxruntime| / the output's
-scale) and the share of outputs within one step.
+scale) and the share of outputs within one step, next to the noise floor
+(onnxruntime against itself on a 1e-5-perturbed image), and node by node:
+each integer node fed onnxruntime's values of its inputs, the share of its
+outputs a step off onnxruntime's (tests/light_models.py node_by_node).
 
     python benchmarks/light_models.py [--int8] [--hw 224] [--skip vgg19,...] [models...]
 
@@ -105,32 +108,43 @@ def float_row(name, hw):
           f"{sum(k.values())} kernels ({', '.join(f'{t} x{n}' for t, n in sorted(k.items()))}); {secs:.0f} s")
 
 
+def _steps(a, b, s):
+    steps = np.rint(np.abs(a.astype(np.float64) - b) / s)
+    return f"max {int(steps.max())} steps, {100.0 * np.mean(steps <= 1):.1f}% within 1"
+
+
 def int8_row(name, hw):
     logging.disable(logging.WARNING)
     m = lm.quantized(seeded(name, hw))
     feeds = lm.image(m)
     ref = ort_run(m, feeds)
-    scales = out_scales(m)
+    scale = out_scales(m)[0]
+    # the noise floor: onnxruntime against itself on the image plus 1e-5 noise (a few
+    # input codes flip); a deep int8 network can amplify that into many output steps
+    x = next(iter(feeds))
+    noisy = {x: feeds[x] + np.float32(1e-5) * np.random.default_rng(9).standard_normal(feeds[x].shape,
+                                                                                       dtype=np.float32)}
+    if scale is not None:
+        print(f"{name:14s} int8 noise floor: onnxruntime vs itself on a 1e-5-perturbed image: "
+              f"{_steps(ort_run(m, noisy)[0], ref[0], scale)}")
     for mode in ("fixed", "float"):
         c, why, secs = compile_timed(m, requant=mode)
         if c is None:
             print(f"{name:14s} int8 {mode:5s} no   ({why}) {secs:.0f} s")
             continue
         got = c_run(c, feeds)
-        parts = []
-        for a, b, s in zip(got, ref, scales):
-            d = np.abs(a.astype(np.float64) - b)
-            if s is None:
-                parts.append(f"max |error| {d.max():.3g}")
-            else:
-                steps = np.rint(d / s)
-                parts.append(f"max {int(steps.max())} steps, {100.0 * np.mean(steps <= 1):.1f}% within 1, "
-                             f"{100.0 * np.mean(steps == 0):.1f}% exact")
+        e2e = _steps(got[0], ref[0], scale) if scale is not None else \
+            f"max |error| {np.abs(got[0].astype(np.float64) - ref[0]).max():.3g}"
+        stats = lm.node_by_node(m, c.graph, feeds)
+        stats.pop(None)
+        nodes = "; ".join(f"{t.split('.')[-1]} x{n}: {100.0 * d / max(tot, 1):.3f}% off (max {mx})"
+                          for t, (n, tot, d, mx) in sorted(stats.items()))
         k = kernels(c)
-        floats = sorted(t for t in k if t in ("DequantizeLinear", "QuantizeLinear", "BatchNormalization", "LRN",
-                                               "Sum", "Transpose"))
-        print(f"{name:14s} int8 {mode:5s} yes  {'; '.join(parts)}; {sum(k.values())} kernels "
-              f"({', '.join(f'{t} x{k[t]}' for t in floats)}); {secs:.0f} s")
+        floats = [t for t in sorted(k) if not t.startswith(lm.INTEGER_PREFIXES) and t not in ("Transpose",)]
+        print(f"{name:14s} int8 {mode:5s} yes  output {e2e}; {sum(k.values())} kernels, not integer: "
+              f"{', '.join(f'{t} x{k[t]}' for t in floats) or 'none'}, Transpose x{k.get('Transpose', 0)}; "
+              f"{secs:.0f} s")
+        print(f"{'':14s} node by node (onnxruntime's inputs): {nodes}")
 
 
 def main():

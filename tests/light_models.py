@@ -264,3 +264,57 @@ def data_inputs(m: onnx.ModelProto) -> list:
     """The graph inputs that are not initializers (the image)."""
     inits = {t.name for t in m.graph.initializer}
     return [vi for vi in m.graph.input if vi.name not in inits]
+
+
+INTEGER_PREFIXES = ("QLinear", "com.microsoft.Q", "cuvil.Q")
+
+
+def node_by_node(q: onnx.ModelProto, g, feeds: dict) -> dict:
+    """Every integer node of compiled graph g (of QDQ model q), fed
+    onnxruntime's own values of its inputs (q run as written, graph
+    optimizations off), against onnxruntime's value of its output: a
+    one-step difference anywhere spreads through the layers after it, so
+    this is where two implementations are compared. Tensors are matched by
+    name, or as the NHWC copy the layout pass made (suffix _nhwc, or _pre
+    where a transpose moved below an element-wise op). Returns {op type:
+    [nodes, outputs, outputs off by one or more, largest difference]} and
+    the number of integer nodes not matched under key None."""
+    import onnxruntime as ort
+
+    from cuvil_mcu import ops
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(q)
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(n.output[0])
+                              for n in q.graph.node if n.op_type == "QuantizeLinear")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    outs = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    vals = dict(zip([o.name for o in probe.graph.output], outs))
+
+    def value(name, shape):
+        for suffix in ("", "_nhwc", "_pre"):
+            base = name[:len(name) - len(suffix)] if suffix else name
+            if name.endswith(suffix) and base in vals:
+                v = vals[base]
+                if v.shape != tuple(shape) and v.ndim >= 3:
+                    v = np.moveaxis(v, 1, -1)
+                return v if v.shape == tuple(shape) else None
+        return None
+
+    stats: dict = {None: 0}
+    for n in g.nodes:
+        if not n.op_type.startswith(INTEGER_PREFIXES):
+            continue
+        ins = [g.tensors[i] if i else None for i in n.inputs]
+        arrays = [None if t is None else t.data if t.is_const else value(t.name, t.shape) for t in ins]
+        want = value(n.outputs[0], g.tensors[n.outputs[0]].shape)
+        if want is None or any(a is None for t, a in zip(ins, arrays) if t is not None):
+            stats[None] += 1
+            continue
+        y = ops.get(n.op_type).reference(n, ins, *arrays)[0]
+        d = np.abs(y.astype(np.int64) - want.astype(np.int64))
+        s = stats.setdefault(n.op_type, [0, 0, 0, 0])
+        s[0], s[1], s[2], s[3] = s[0] + 1, s[1] + d.size, s[2] + int((d > 0).sum()), max(s[3], int(d.max()))
+    return stats

@@ -143,3 +143,31 @@ def test_lrn_from_ptq():
     assert "cuvil.QLRN" in [n.op_type for n in c.graph.nodes] and ops.get("cuvil.QLRN") is not None
     assert_exact(run_c(m, {"x": calib["x"][1]}, quantize="int8", calibration=calib)[0],
                  run_ref(m, {"x": calib["x"][1]}, quantize="int8", calibration=calib)[0], "PTQ LRN: C vs reference")
+
+
+def test_strict_builds_of_the_classic_kernels():
+    """The kernels of this family and its neighbours (integer QLRN, QSum,
+    QAffine; float Sum, LRN) in one model, built by every compiler and
+    standard of helpers.STRICT_BUILDS with -Werror (and ASan/UBSan), each
+    run equal to the reference (bit for bit; float within 1e-5)."""
+    from helpers import STRICT_BUILDS, check_strict_builds, run_strict_builds
+    c = 6
+    p = {"bn_s": RNG.uniform(0.5, 1.5, c).astype(np.float32), "bn_b": RNG.randn(c).astype(np.float32),
+         "bn_m": RNG.randn(c).astype(np.float32), "bn_v": RNG.uniform(0.5, 1.5, c).astype(np.float32)}
+    q = {f"{k}s": np.array(s, np.float32) for k, s in (("a", 0.05), ("b", 0.04), ("c", 0.08), ("d", 0.03))}
+    q.update({f"{k}z": np.array(z, np.int8) for k, z in (("a", 2), ("b", -1), ("c", -128), ("d", 0))})
+    nodes = [node("QuantizeLinear", ["x", "as", "az"], ["xq"]), node("DequantizeLinear", ["xq", "as", "az"], ["xd"]),
+             node("BatchNormalization", ["xd", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"]),
+             node("QuantizeLinear", ["bn", "bs", "bz"], ["bq"]), node("DequantizeLinear", ["bq", "bs", "bz"], ["bd"]),
+             node("Sum", ["xd", "bd", "bd"], ["s"]), node("Relu", ["s"], ["sr"]),
+             node("QuantizeLinear", ["sr", "cs", "cz"], ["sq"]), node("DequantizeLinear", ["sq", "cs", "cz"], ["sd"]),
+             node("LRN", ["sd"], ["l"], size=3, alpha=0.05), node("QuantizeLinear", ["l", "ds", "dz"], ["lq"]),
+             node("DequantizeLinear", ["lq", "ds", "dz"], ["ld"]),
+             node("LRN", ["ld"], ["lf"], size=5), node("Sum", ["lf", "ld", "xd"], ["y"])]
+    m = make_model(nodes, {"x": ((1, c, 5, 4), "float32")}, ["y"], {**p, **q})
+    kinds = {n.op_type for n in compile_model(m).graph.nodes}
+    assert {"cuvil.QAffine", "cuvil.QSum", "cuvil.QLRN", "LRN", "Sum"} <= kinds, kinds
+    feeds = {"x": (RNG.randn(1, c, 5, 4) * 2).astype(np.float32)}
+    assert check_strict_builds(m, feeds, rel=1e-5, requant="fixed") == []
+    assert run_strict_builds(compile_model(m, requant="float"), feeds, rel=1e-5,
+                             builds=[STRICT_BUILDS[0], STRICT_BUILDS[-1]]) == []
