@@ -66,12 +66,14 @@ INT_OP = {"Conv": "QLinearConv", "Gemm": "com.microsoft.QGemm", "MatMul": "com.m
           "AveragePool": "com.microsoft.QLinearAveragePool",
           "GlobalAveragePool": "com.microsoft.QLinearGlobalAveragePool",
           "Softmax": "com.microsoft.QLinearSoftmax", "Concat": "com.microsoft.QLinearConcat",
-          "MaxPool": "cuvil.QMaxPool",
+          "MaxPool": "cuvil.QMaxPool", "Sum": "cuvil.QSum", "LRN": "cuvil.QLRN",
+          "BatchNormalization": "cuvil.QAffine",    # a per-channel affine map
           "ConvTranspose": "cuvil.QConvTranspose", "Resize": "cuvil.QResize", "Upsample": "cuvil.QResize",
           **{t: "cuvil.QLut" for t in LUT_OPS},
           **{t: t for t in PASS_THROUGH if t != "MaxPool"}}
 # Ops whose fused Relu/Clip the QDQ pass folds into the integer kernel.
-ABSORBS_ACT = {"Conv", "Gemm", "MatMul", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat", "ConvTranspose"}
+ABSORBS_ACT = {"Conv", "Gemm", "MatMul", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat", "Sum",
+               "BatchNormalization", "ConvTranspose"}
 # Ops whose output keeps its input's parameters (they only move or
 # interpolate values: a Resize's output lies within its input's range).
 SHARES_PARAMS = PASS_THROUGH | {"Resize", "Upsample"}
@@ -197,7 +199,7 @@ def _const(g: Graph, name: str) -> np.ndarray | None:
 
 
 def _data_inputs(n: Node) -> list[int]:
-    if n.op_type == "Concat":
+    if n.op_type in ("Concat", "Sum"):
         return list(range(len(n.inputs)))
     if n.op_type in ("Add", "Mul", "MatMul"):
         return [0, 1]
@@ -225,9 +227,9 @@ def _quantizable(n: Node, g: Graph, reg) -> bool:
             continue
         c = _const(g, name)
         # a constant operand of Add/Mul/Concat or a constant MatMul B is quantized here too
-        if c is None or c.dtype != np.float32 or not (t in ("Add", "Mul", "Concat") or (t == "MatMul" and i == 1)):
+        if c is None or c.dtype != np.float32 or not (t in ("Add", "Mul", "Concat", "Sum") or (t == "MatMul" and i == 1)):
             return False
-    if t in ("Add", "Mul", "Concat") and not any(_is_float_rt(g, n.input(i)) for i in _data_inputs(n)):
+    if t in ("Add", "Mul", "Concat", "Sum") and not any(_is_float_rt(g, n.input(i)) for i in _data_inputs(n)):
         return False
     if t == "Conv":
         w = _const(g, n.input(1))
@@ -264,6 +266,8 @@ def _quantizable(n: Node, g: Graph, reg) -> bool:
         return float(n.attr("value", 0.0)) == 0.0
     if t == "Clip":
         return all(not n.input(i) or _const(g, n.input(i)) is not None for i in (1, 2))
+    if t == "BatchNormalization":
+        return all(_const(g, n.input(i)) is not None for i in range(1, 5))
     return True
 
 
@@ -617,7 +621,7 @@ def _quantize_consts(n: Node, g: Graph, b: _Builder, in_scale: float | None) -> 
         else:
             q, ws = _per_tensor_sym(w)
             use(1, b.dq_const(n.input(1), q, ws, np.zeros((), np.int8), None))
-    elif t in ("Add", "Mul", "Concat"):
+    elif t in ("Add", "Mul", "Concat", "Sum"):
         for i in _data_inputs(n):
             c = _const(g, n.input(i))
             if c is None:

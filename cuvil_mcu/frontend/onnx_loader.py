@@ -55,11 +55,20 @@ def _read(path: str) -> onnx.ModelProto:
         raise ModelLoadError(f"{path}: not a readable ONNX model (truncated or not ONNX: {msg})") from None
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
         raise ModelLoadError(f"{path}: not an ONNX model (no graph found; truncated or another file type)")
+    ir = model.ir_version
+    listed = {vi.name for vi in model.graph.input}
+    if ir < 4 and any(t.name not in listed for t in model.graph.initializer):
+        # IR 3 wants every initializer listed as a graph input; onnxruntime's
+        # quantizer adds zero points and scales without listing them, and
+        # onnxruntime loads the result: check it by IR 4's rule instead.
+        model.ir_version = 4
     try:
         onnx.checker.check_model(model)
     except Exception as e:
+        model.ir_version = ir
         msg = " ".join(str(e).split())
         raise ModelLoadError(f"{path}: invalid ONNX model: {msg[:400]}") from None
+    model.ir_version = ir
     return model
 
 
@@ -106,7 +115,18 @@ def from_model(model: onnx.ModelProto, input_shapes=None, source: str = "model")
     for sinit in og.sparse_initializer:
         raise ModelLoadError(f"{source}: sparse initializer '{sinit.values.name}' is not supported")
 
-    # Graph inputs (those that are not initializers, as older IR versions list both).
+    # Graph inputs (those that are not initializers, as older IR versions list
+    # both: there the initializer is the input's default value, a constant
+    # unless --input-shape names it).
+    defaults = [vi.name for vi in og.input if vi.name in tensors]
+    for name in defaults:
+        if name in input_shapes:
+            del tensors[name]
+    fed = [d for d in defaults if d not in tensors]
+    if defaults:
+        notes.append(f"{len(defaults) - len(fed)} initializer(s) also listed as graph inputs (IR version "
+                     f"{model.ir_version} style) compiled as constants; name one in --input-shape to feed it "
+                     f"at run time" + (f" (fed at run time: {', '.join(fed)})" if fed else ""))
     unknown = sorted(set(input_shapes) - {vi.name for vi in og.input if vi.name not in tensors})
     if unknown:
         raise ShapeError(f"--input-shape names unknown input(s) {unknown}; the model's inputs are "
@@ -213,12 +233,16 @@ def _infer(g: Graph) -> None:
             values = op.reference(n, ins, *arrays)
         else:
             values = None
+        known = op.known_outputs(n, ins) if values is None else {}
         for j, o in enumerate(n.outputs):
             if not o:
                 continue
             shape, dtype = outs[j]
             t = Tensor(o, tuple(int(d) for d in shape), dtype)
-            if values is not None:
+            if j in known:   # a constant whatever the inputs: no longer this node's output
+                t.data = np.asarray(known[j], dtype=dtype, order="C")
+                n.outputs[j] = ""
+            elif values is not None:
                 v = np.asarray(np.asarray(values[j]).astype(dtype, copy=False), order="C")
                 if tuple(v.shape) != t.shape:
                     raise ShapeError(f"node '{n.name}' ({n.op_type}): output {j} evaluates to shape "

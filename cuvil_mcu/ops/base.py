@@ -86,6 +86,12 @@ class Op:
         """Whether this node may write output 0 over an input (see `inplace`)."""
         return self.inplace
 
+    def known_outputs(self, node: Node, ins: list[Tensor | None]) -> dict[int, np.ndarray]:
+        """Outputs whose value does not depend on the run-time inputs (Dropout's
+        mask at inference), by output index. The loader makes them constants
+        and detaches them from the node."""
+        return {}
+
     def check(self, node: Node, ins: list[Tensor | None]) -> None:
         """Raise UnsupportedOpError (via `unsupported`) for attribute values or
         dtypes this op cannot compile. Called before `infer`."""

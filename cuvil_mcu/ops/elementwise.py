@@ -191,30 +191,36 @@ def broadcast_strides(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ..
     """Output shape and element strides of a and b (0 where broadcast) over
     the output shape `out` (default: a and b broadcast), with mergeable
     neighbouring dimensions merged, padded to MAX_DIMS."""
-    out = tuple(np.broadcast_shapes(a, b, *([out] if out is not None else [])))
+    dims, (sa, sb) = broadcast_strides_n([a, b], out)
+    return dims, sa, sb
+
+
+def broadcast_strides_n(shapes, out: tuple[int, ...] | None = None):
+    """broadcast_strides for any number of operands: (dims, [strides per
+    operand]), each list MAX_DIMS long, outer first."""
+    out = tuple(np.broadcast_shapes(*shapes, *([out] if out is not None else [])))
     r = len(out)
-    a = (1,) * (r - len(a)) + tuple(a)
-    b = (1,) * (r - len(b)) + tuple(b)
 
     def strides(s):
+        s = (1,) * (r - len(s)) + tuple(s)
         st, acc = [0] * r, 1
         for i in range(r - 1, -1, -1):
             st[i] = acc if s[i] != 1 else 0
             acc *= s[i]
         return st
 
-    sa, sb = strides(a), strides(b)
-    dims = [(out[i], sa[i], sb[i]) for i in range(r) if out[i] != 1]
+    ss = [strides(s) for s in shapes]
     merged: list[list[int]] = []
-    for d, x, y in dims:
-        if merged:
-            pd, px, py = merged[-1]
-            # previous (outer) dim merges if each operand is contiguous across both or broadcast in both
-            if px == x * d and py == y * d:
-                merged[-1] = [pd * d, x, y]
-                continue
-        merged.append([d, x, y])
+    for i in range(r):
+        if out[i] == 1:
+            continue
+        d, xs = out[i], [st[i] for st in ss]
+        # the previous (outer) dim merges if each operand is contiguous across both or broadcast in both
+        if merged and all(px == x * d for px, x in zip(merged[-1][1], xs)):
+            merged[-1] = [merged[-1][0] * d, xs]
+            continue
+        merged.append([d, xs])
     if len(merged) > MAX_DIMS:
         raise ValueError(f"broadcast over {len(merged)} dimensions (at most {MAX_DIMS})")
-    merged = [[1, 0, 0]] * (MAX_DIMS - len(merged)) + merged
-    return [m[0] for m in merged], [m[1] for m in merged], [m[2] for m in merged]
+    merged = [[1, [0] * len(shapes)]] * (MAX_DIMS - len(merged)) + merged
+    return [m[0] for m in merged], [[m[1][j] for m in merged] for j in range(len(shapes))]

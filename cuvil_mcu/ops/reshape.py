@@ -111,11 +111,10 @@ class Identity(View):
 
 @register("Dropout")
 class Dropout(View):
-    """Inference: output = input. The optional mask output is all true."""
+    """Inference: output = input. The optional mask output is all ones
+    (known_outputs): a constant, dropped when nothing reads it."""
 
     def check(self, node, ins):
-        if len(node.outputs) > 1 and node.outputs[1]:
-            raise unsupported(node, "the mask output is not supported (it is all ones at inference)")
         training = ins[2] if len(ins) > 2 else None
         if training is not None:
             if not training.is_const:
@@ -126,7 +125,20 @@ class Dropout(View):
                 raise unsupported(node, "training_mode=True drops values at random; only inference is compiled")
 
     def infer(self, node, ins):
-        return [(ins[0].shape, ins[0].dtype)]
+        outs = [(ins[0].shape, ins[0].dtype)]
+        if len(node.outputs) > 1:
+            # opset < 10 typed the mask like the data; opset >= 10 as bool
+            outs.append((ins[0].shape, "bool" if (node.opset or 13) >= 10 else ins[0].dtype))
+        return outs
+
+    def known_outputs(self, node, ins):
+        if len(node.outputs) > 1 and node.outputs[1]:
+            shape, dtype = self.infer(node, ins)[1]
+            return {1: np.ones(shape, dtype=dtype)}
+        return {}
+
+    def reference(self, node, ins, x, *rest):
+        return [np.asarray(x)] + list(self.known_outputs(node, ins).values())
 
 
 @register("Constant")

@@ -6,7 +6,7 @@ bottom; with verify=True (the tests) the IR verifier runs after each one.
 from __future__ import annotations
 
 from ..ir import Graph, verify
-from . import (cancel_transposes, dead_nodes, fold_batchnorm, fold_constants, fold_shuffle, fuse_activation,
+from . import (cancel_transposes, dead_nodes, fold_affine, fold_constants, fold_shuffle, fuse_activation,
                fuse_pad, io_quant, layout, qdq, rnn_io, stamp_requant)
 
 PIPELINE = [
@@ -14,7 +14,7 @@ PIPELINE = [
     fold_constants,      # evaluate nodes whose inputs are all constant
     dead_nodes,          # drop what no output depends on
     rnn_io,              # batch_first transposes and last-step reads around recurrent layers
-    fold_batchnorm,      # BatchNormalization into the Conv/Gemm/MatMul before it
+    fold_affine,         # BatchNormalization, per-channel Mul/Add into the Conv/Gemm/MatMul next to them
     fold_constants,      # the folded weights are constant again
     fuse_pad,            # constant Pad into the Conv/Pool that reads it
     cancel_transposes,   # Transpose pairs that undo each other
