@@ -168,8 +168,8 @@ def test_ring_strips():
     args = call.split("(", 1)[1].rsplit(")", 1)[0].split(", ")
     assert args[4] == f"(int8_t *)(a + {c.plan.scratch_offset[node]}u)"
     sym = args[5]
-    text = c.header.split(f"int32_t {sym}[")[1].split("{", 1)[1].split("}")[0]
-    g = [int(v) for v in text.replace("\n", " ").replace(",", " ").split()]
+    (k,) = [k for k in c.consts if k.symbol == sym]
+    g = [int(v) for v in k.data.reshape(-1)]
     assert g[2] == 40 and 1 < g[14] < 40
 
 

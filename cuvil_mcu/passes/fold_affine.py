@@ -34,7 +34,9 @@ passes/qdq.py and ptq.py turn into an integer per-channel kernel in an int8
 model; a lone Mul / Add / Sub that folds nowhere stays the element-wise op
 it was. New constants get fresh names: weights shared with other nodes are
 left as they are. Float results change by rounding only (the order of the
-multiplications).
+multiplications); constants holding inf or NaN never fold: regrouped, such
+arithmetic can give NaN where the model's order gives +-inf (a bias of inf
+times a scale of 0), and NaN payloads would not survive.
 """
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ def _per_channel(c: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     if r < 2 or c.ndim > r:
         return None
     cp = c.reshape((1,) * (r - c.ndim) + c.shape)
-    if any(d != 1 for i, d in enumerate(cp.shape) if i != 1) or cp.shape[1] not in (1, shape[1]):
+    if any(d != 1 for i, d in enumerate(cp.shape) if i != 1) or cp.shape[1] not in (1, shape[1]) or \
+            not np.all(np.isfinite(cp)):
         return None
     return np.broadcast_to(cp.reshape(-1).astype(np.float64), (shape[1],))
 
@@ -74,6 +77,8 @@ def affine(g: Graph, n: Node) -> tuple[str, np.ndarray, np.ndarray] | None:
                 any(p is None for p in params) or int(n.attr("training_mode", 0)):
             return None
         s, t = bn_coeffs(n, *params)
+        if not (np.all(np.isfinite(s)) and np.all(np.isfinite(t))):
+            return None   # inf / NaN coefficients: kept as written (no rewrite reorders them)
         return n.inputs[0], s.astype(np.float64), t.astype(np.float64)
     if n.op_type not in ("Mul", "Add", "Sub") or len(n.inputs) != 2:
         return None
@@ -84,7 +89,7 @@ def affine(g: Graph, n: Node) -> tuple[str, np.ndarray, np.ndarray] | None:
     if x.dtype != "float32" or c.dtype != np.float32 or g.tensors[n.outputs[0]].shape != x.shape:
         return None
     v = _per_channel(c, x.shape)
-    if v is None:
+    if v is None or not np.all(np.isfinite(v)):
         return None
     one, zero = np.ones_like(v), np.zeros_like(v)
     if n.op_type == "Mul":
