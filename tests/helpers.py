@@ -107,8 +107,27 @@ def check_op(model, feeds: dict, rel_c: float = 1e-5, rel_ort: float = 1e-5):
     return ref, c_out
 
 
-# Compilers x flags the generated C must build with, warning-free; the last
-# entry runs under the sanitizers. (cc, extra flags)
+def host_has_fma() -> bool:
+    """An x86-64 host whose CPU has FMA3 (so -mfma code runs)."""
+    import platform
+    from pathlib import Path
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        return "fma" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+# -mfma where the host runs it: the GNU-mode builds below then really fuse
+# a * b + c, as firmware does on every Cortex-M / Cortex-A FPU
+HOST_FMA = ["-mfma"] if host_has_fma() else []
+
+# Compilers x flags the generated C must build with, warning-free: ISO C
+# and C++; the sanitizers (index 5); the GNU modes firmware projects use
+# (gcc's default -ffp-contract=fast, MicroPython's -std=gnu99, Arduino /
+# PlatformIO gnu11), where compilers contract a * b + c into fused
+# multiply-adds. (cc, extra flags)
 STRICT_BUILDS = [
     ("gcc", ["-std=c99"]),
     ("gcc", ["-std=c11"]),
@@ -116,6 +135,8 @@ STRICT_BUILDS = [
     ("g++", ["-x", "c++"]),
     ("clang++", ["-x", "c++"]),
     ("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]),
+    ("gcc", ["-std=gnu99", *HOST_FMA]),
+    ("clang", ["-std=gnu11", "-ffp-contract=fast", *HOST_FMA]),
 ]
 STRICT_WARNINGS = ["-O1", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
