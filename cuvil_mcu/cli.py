@@ -462,6 +462,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    import warnings
+    warnings.simplefilter("ignore")   # numpy's RuntimeWarnings on a hostile model's constants are not messages
     try:
         return args.fn(args)
     except CuvilError as e:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError, UnsupportedOpError
+from ..errors import ModelLoadError, ShapeError, UnsupportedOpError
 from ..ir import Node, Tensor
 
 _REGISTRY: dict[str, "Op"] = {}
@@ -64,6 +64,12 @@ class Op:
     def scratch(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]) -> int:
         return 0
 
+    def fold_cost(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]) -> int:
+        """Work of evaluating `reference` on constant inputs (limits.MAX_FOLD_COST):
+        multiply-adds plus output elements; ops whose reference loops in Python
+        add those iterations, weighted."""
+        return self.macs(node, ins, outs) + sum(t.size for t in outs)
+
     def emit(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], k) -> None:
         raise NotImplementedError
 
@@ -78,6 +84,11 @@ class Op:
 
 def unsupported(node: Node, why: str) -> UnsupportedOpError:
     return UnsupportedOpError([f"node '{node.name}' ({node.op_type}): {why}"])
+
+
+def invalid(node: Node, why: str) -> ModelLoadError:
+    """An attribute or constant value the op's definition forbids (the model is invalid)."""
+    return ModelLoadError(f"node '{node.name}' ({node.op_type}): {why}")
 
 
 def shape_error(node: Node, why: str) -> ShapeError:

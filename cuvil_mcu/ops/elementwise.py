@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from .base import Op, apply_act, broadcast_shape, const_float, register, require_float, shape_error, unsupported
+from .base import (Op, apply_act, broadcast_shape, const_float, invalid, register, require_float, shape_error,
+                   unsupported)
 
 MAX_DIMS = 6
 
@@ -118,7 +119,10 @@ class Binary(Op):
         if node.op_type == "Pow" and np.issubdtype(np.asarray(a).dtype, np.floating):
             y = np.power(a, np.asarray(b, dtype=np.asarray(a).dtype))
         elif node.op_type == "Div" and np.issubdtype(np.asarray(a).dtype, np.integer):
-            y = np.trunc(np.asarray(a) / np.asarray(b)).astype(np.asarray(a).dtype)
+            if np.any(np.asarray(b) == 0):
+                raise invalid(node, f"integer division by zero (divisor '{node.input(1)}' holds 0)")
+            with np.errstate(all="ignore"):
+                y = np.trunc(np.asarray(a) / np.asarray(b)).astype(np.asarray(a).dtype)
         else:
             y = BINARY[node.op_type][0](a, b)
         y = np.asarray(y).astype(np.asarray(a).dtype)
@@ -148,7 +152,7 @@ class Binary(Op):
             stra = k.const(np.array(sa, np.int32), "bcast_stride")
             strb = k.const(np.array(sb, np.int32), "bcast_stride")
             k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(a)}, {k.ptr(b)}, {dims}, {stra}, {strb}, "
-                   f"{lo if last else '-FLT_MAX'}, {hi if last else 'FLT_MAX'});")
+                   f"{lo if last else '-INFINITY'}, {hi if last else 'INFINITY'});")
 
 
 @register("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .. import ops
+from .. import limits, ops
 from ..errors import CuvilError
 from ..ir import Graph
 from .algorithms import ALGORITHMS, lower_bound, overlaps
@@ -225,6 +225,8 @@ def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
         src = g.tensors[t]
         if src.is_const or t not in root or n.inputs.count(t) != 1 or not out.nbytes or not src.nbytes:
             continue
+        if max(out.nbytes, src.nbytes) > limits.MAX_WINDOW_BYTES:
+            continue       # the orders hold 8 B per byte and the search grows with the square of the size
         r = root[t]
         group = [m for m, rr in root.items() if rr == r]
         same = [m for m in group if rel.get(m, 0) == rel.get(t, 0) and g.tensors[m].nbytes == src.nbytes]
