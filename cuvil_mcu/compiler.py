@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from . import boards, codegen, frontend, ops, passes, planner
+from . import boards, codegen, frontend, limits, ops, passes, planner
 from .errors import CuvilError
 from .opt import OPT_LEVELS
 from .ir import Graph
@@ -216,6 +216,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
                        target=target, room=room, weights=weights, opt_level=opt_level, fp16_nodes=fp16)
+    limits.check_totals(plan.arena_size, r.stack_bound, r.weights_bytes if r.blob is None else len(r.blob))
     # real boards' firmware projects: samples.c holds one sample of every input in flash
     # (QEMU boards' projects load it straight into RAM, as sim does)
     samples = (sum(g.tensors[n].nbytes for n in g.inputs)

@@ -80,12 +80,12 @@ def check_shape(shape, itemsize: int, what: str) -> None:
         raise ShapeError(f"{what} has rank {len(shape)}; at most {MAX_RANK} dimensions are supported")
     if any(d < 0 for d in shape):
         raise ShapeError(f"{what} has a negative dimension in {shape}")
-    if any(d > MAX_ELEMENTS for d in shape):   # (an empty tensor's other dimensions too)
-        raise ShapeError(f"{what} {shape} has a dimension above {MAX_ELEMENTS:,} (2**31 - 1)")
     n = elements(shape)
     if n > MAX_ELEMENTS:
         raise ShapeError(f"{what} {shape} has {n:,} elements; at most {MAX_ELEMENTS:,} (2**31 - 1) are "
                          f"supported (the kernels index with int32)")
+    if any(d > MAX_ELEMENTS for d in shape):   # an empty tensor's other dimensions
+        raise ShapeError(f"{what} {shape} has a dimension above {MAX_ELEMENTS:,} (2**31 - 1)")
     if n * itemsize > MAX_BYTES:
         raise ShapeError(f"{what} {shape} takes {human(n * itemsize)}; at most 4 GiB - 1 per tensor "
                          f"(the header's sizes are uint32)")
@@ -146,3 +146,15 @@ def name_in_macro(name: str) -> str:
     tail = "..." + hashlib.sha256(raw).hexdigest()[:16]
     head = raw[:MAX_NAME_IN_MACRO - len(tail)].decode("utf-8", "ignore")
     return head + tail
+
+
+def check_totals(arena: int, stack: int, constants: int) -> None:
+    """The compiled model's RAM and constants against what the header's
+    uint32 sizes and offsets hold (every board; a board's own budget is
+    boards.check_budget's)."""
+    if arena + stack > MAX_BYTES:
+        raise ShapeError(f"the arena takes {human(arena)} (+ {stack:,} B of kernel stack); the header's sizes and "
+                         f"offsets are uint32, so at most 4 GiB - 1 in all")
+    if constants > MAX_CONST_BYTES:
+        raise ShapeError(f"the constants take {human(constants)}; at most {human(MAX_CONST_BYTES)} are supported "
+                         f"(the ceiling; see cuvil_mcu/limits.py)")

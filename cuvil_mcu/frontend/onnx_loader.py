@@ -20,7 +20,7 @@ from .. import limits, ops
 from ..errors import CuvilError, ModelLoadError, ShapeError, UnsupportedOpError
 from ..ir import C_TYPES, Graph, Node, Tensor
 from .onnx_file import read_model
-from .tensors import to_array, type_name
+from .tensors import check as check_tensor, to_array, type_name
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -47,6 +47,9 @@ def _read(path: str) -> onnx.ModelProto:
     model = read_model(path)
     if not model.HasField("graph") or (len(model.graph.node) == 0 and len(model.graph.output) == 0):
         raise ModelLoadError(f"{path}: not an ONNX model (no graph found; truncated or another file type)")
+    budget = [limits.MAX_CONST_BYTES]
+    for init in model.graph.initializer:   # our messages name the tensor and both sizes; onnx's checker's less so
+        check_tensor(init, f"initializer '{init.name}'", budget)
     try:
         onnx.checker.check_model(model)
     except Exception as e:
@@ -163,6 +166,11 @@ def from_model(model: onnx.ModelProto, input_shapes=None, source: str = "model")
         tensors[init.name] = Tensor(init.name, tuple(data.shape), data.dtype.name, data)
     for sinit in og.sparse_initializer:
         raise ModelLoadError(f"{source}: sparse initializer '{sinit.values.name}' is not supported")
+    bad = [(t.name, int(np.count_nonzero(~np.isfinite(t.data)))) for t in tensors.values()
+           if t.data.dtype.kind == "f" and not np.all(np.isfinite(t.data))]
+    if bad:
+        notes.append(f"{len(bad)} initializer(s) hold NaN or infinite values ('{bad[0][0][:60]}': {bad[0][1]:,}); "
+                     f"outputs that depend on them are not meaningful")
 
     # Graph inputs (those that are not initializers, as older IR versions list both).
     unknown = sorted(set(input_shapes) - {vi.name for vi in og.input if vi.name not in tensors})

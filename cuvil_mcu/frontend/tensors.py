@@ -30,9 +30,10 @@ def type_name(data_type: int) -> str:
         return str(data_type)
 
 
-def to_array(t: TensorProto, what: str, budget: list[int] | None = None) -> np.ndarray:
-    """The tensor's values; `what` names it in errors (e.g. "initializer 'w'").
-    budget: a one-element list of constant bytes still allowed (decremented)."""
+def check(t: TensorProto, what: str, budget: list[int] | None = None) -> None:
+    """Refuse a tensor whose data would not read back as declared; `what`
+    names it in errors (e.g. "initializer 'w'"). budget: a one-element list
+    of constant bytes still allowed (decremented)."""
     if t.data_type not in SUPPORTED:
         names = ", ".join(sorted(type_name(k) for k in SUPPORTED))
         raise ModelLoadError(f"{what}: element type {type_name(t.data_type)} is not supported ({names})")
@@ -68,6 +69,13 @@ def to_array(t: TensorProto, what: str, budget: list[int] | None = None) -> np.n
         if len(getattr(t, field)) != n:
             raise ModelLoadError(f"{what}: {field} holds {len(getattr(t, field)):,} values; dims {dims} "
                                  f"need {n:,}")
+
+
+def to_array(t: TensorProto, what: str, budget: list[int] | None = None) -> np.ndarray:
+    """The tensor's values, after `check`."""
+    check(t, what, budget)
+    dtype = SUPPORTED[t.data_type][0]
+    dims = list(t.dims)
     try:
         with np.errstate(all="ignore"):
             a = numpy_helper.to_array(t)

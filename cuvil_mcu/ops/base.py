@@ -117,6 +117,8 @@ def const_float(node: Node, t: Tensor | None, what: str, default: float) -> floa
         return default
     if not t.is_const:
         raise unsupported(node, f"{what} '{t.name}' must be a constant")
+    if t.data.size != 1:
+        raise shape_error(node, f"{what} '{t.name}' must hold one value, it holds {t.data.size}")
     return float(np.asarray(t.data).reshape(-1)[0])
 
 

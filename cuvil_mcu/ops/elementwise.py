@@ -25,8 +25,9 @@ BINARY = {
     "Mul": (np.multiply, "x * y"),
     "Div": (np.divide, "x / y"),
     "Pow": (np.power, "powf(x, y)"),
-    "Max": (np.maximum, "(x > y || y != y) ? x : y"),
-    "Min": (np.minimum, "(x < y || y != y) ? x : y"),
+    # NaN in either operand gives NaN, as numpy and onnxruntime
+    "Max": (np.maximum, "(x > y || x != x) ? x : y"),
+    "Min": (np.minimum, "(x < y || x != x) ? x : y"),
 }
 
 
@@ -168,6 +169,8 @@ class Unary(Op):
             for i, what in ((1, "min"), (2, "max")):
                 if len(ins) > i and ins[i] is not None and not ins[i].is_const:
                     raise unsupported(node, f"Clip {what} '{ins[i].name}' must be a constant")
+            if any(np.isnan(v) for v in _unary_params(node, ins)):
+                raise invalid(node, f"a bound is NaN {list(_unary_params(node, ins))}")
 
     def infer(self, node, ins):
         return [(ins[0].shape, ins[0].dtype)]
