@@ -109,6 +109,8 @@ def const_ints(node: Node, t: Tensor | None, what: str) -> list[int] | None:
         return None
     if not t.is_const:
         raise unsupported(node, f"{what} '{t.name}' must be a constant (computed at run time here)")
+    if t.data.dtype.kind not in "iub":
+        raise shape_error(node, f"{what} '{t.name}' must hold integers, it is {t.dtype}")
     return [int(v) for v in np.asarray(t.data).reshape(-1)]
 
 

@@ -297,13 +297,13 @@ MODEL_DEF int model_run(void *arena)
     if (a == NULL) return MODEL_ERR_NULL;
     if (((uintptr_t)a & (MODEL_ARENA_ALIGN - 1u)) != 0u) return MODEL_ERR_ALIGN;
     /* 0: Add 'add_bias' + Relu 'relu' -> [1, 3, 4, 5] */
-    model__binary_f32_add((float *)(a + 240u), (float *)(a + 0u), model__w3_b, model__w0_bcast_shape, model__w1_bcast_stride, model__w2_bcast_stride, 0.0f, FLT_MAX);
+    model__binary_f32_add((float *)(a + 240u), (float *)(a + 0u), model__w3_b, model__w0_bcast_shape, model__w1_bcast_stride, model__w2_bcast_stride, 0.0f, INFINITY);
     /* 1: Reshape 'flatten' -> [1, 60] */
     /* view: no code */
     /* 2: Mul 'scale' -> [1, 60] */
-    model__binary_f32_mul((float *)(a + 240u), (float *)(a + 240u), model__w6_w, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -FLT_MAX, FLT_MAX);
+    model__binary_f32_mul((float *)(a + 240u), (float *)(a + 240u), model__w6_w, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -INFINITY, INFINITY);
     /* 3: Sub 'shift' -> [1, 60] */
-    model__binary_f32_sub((float *)(a + 240u), (float *)(a + 240u), model__w7_c, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -FLT_MAX, FLT_MAX);
+    model__binary_f32_sub((float *)(a + 240u), (float *)(a + 240u), model__w7_c, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -INFINITY, INFINITY);
     /* 4: Sigmoid 'sigmoid' -> [1, 60] */
     model__unary_f32_sigmoid((float *)(a + 240u), (float *)(a + 240u), 60, 0.0f, 0.0f);
     return MODEL_OK;
