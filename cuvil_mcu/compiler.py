@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from . import boards, codegen, frontend, limits, ops, passes, planner
-from .errors import CuvilError
+from .errors import CuvilError, UnsupportedOpError
 from .opt import OPT_LEVELS
 from .ir import Graph
 
@@ -76,9 +76,16 @@ class Compiled:
 
 
 def _check_nodes(g: Graph) -> None:
-    """Nodes created by passes get the same validation as loaded ones."""
+    """Nodes created by passes get the same validation as loaded ones (every
+    refusal reported at once)."""
+    problems = []
     for n in g.nodes:
-        ops.get(n.op_type).check(n, [g.tensors[i] if i else None for i in n.inputs])
+        try:
+            ops.get(n.op_type).check(n, [g.tensors[i] if i else None for i in n.inputs])
+        except UnsupportedOpError as e:
+            problems += e.problems
+    if problems:
+        raise UnsupportedOpError(problems)
 
 
 INTEGER_DTYPES = ("int8", "uint8")

@@ -377,8 +377,7 @@ def _set_outputs(g: Graph, n: Node, op, ins, outs) -> None:
     if (op.shape_only or all(t is None or t.is_const for t in ins)) and out_t:
         reason = limits.fold_refusal(op, n, ins, out_t)
         if reason is None:
-            with np.errstate(all="ignore"):
-                values = op.reference(n, ins, *[t.data if t is not None else None for t in ins])
+            values = ops.evaluate(op, n, ins, out_t)
         else:
             limits.leave_to_run_time(g, op, n, ins, reason)
     j = 0

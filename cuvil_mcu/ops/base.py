@@ -82,6 +82,21 @@ class Op:
         dtypes this op cannot compile. Called before `infer`."""
 
 
+def evaluate(op: Op, n: Node, ins, outs) -> list:
+    """op's reference on constant inputs. Empty tensors (a dimension 0) are
+    legal ONNX but most references assume data (a max over nothing): a
+    failure there is the model's degenerate input, said so; any other
+    failure is a bug and propagates."""
+    try:
+        with np.errstate(all="ignore"):
+            return op.reference(n, ins, *[t.data if t is not None else None for t in ins])
+    except (ValueError, IndexError, ZeroDivisionError) as e:
+        if any(t is not None and t.size == 0 for t in list(ins) + list(outs)):
+            raise ShapeError(f"node '{n.name}' ({n.op_type}): cannot be evaluated on an empty tensor "
+                             f"({type(e).__name__}: {e})") from None
+        raise
+
+
 def unsupported(node: Node, why: str) -> UnsupportedOpError:
     return UnsupportedOpError([f"node '{node.name}' ({node.op_type}): {why}"])
 
