@@ -108,6 +108,9 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
     pads = _ints(node, "pads", [0] * 2 * sp, 2 * sp)
     if min(strides) < 1 or min(dil) < 1:
         raise shape_error(node, f"strides {strides} and dilations {dil} must be >= 1")
+    for what, vals in (("strides", strides), ("dilations", dil), ("pads", pads)):
+        for v in vals:
+            limits.check_extent(v, f"node '{node.name}' ({node.op_type}): {what} value")
     if min(pads) < 0:
         raise unsupported(node, f"negative pads {pads}")
     if min(ks) < 1:

@@ -66,6 +66,9 @@ def geometry(node, x_shape):
         raise shape_error(node, f"kernel_shape {ks}, strides {strides} and dilations {dil} must be >= 1")
     if min(pads) < 0:
         raise shape_error(node, f"pads {pads} must be >= 0")
+    for what, vals in (("kernel_shape", ks), ("strides", strides), ("dilations", dil), ("pads", pads)):
+        for v in vals:
+            limits.check_extent(v, f"node '{node.name}' ({node.op_type}): {what} value")
     dims = []
     for i in range(sp):
         L, k, s, d = x_shape[2 + i], ks[i], strides[i], dil[i]
