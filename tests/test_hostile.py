@@ -191,6 +191,24 @@ def test_expand_16k_squared_not_folded(tmp_path):
     assert re.search(r"arena 1,073,741,8\d\d B", out), out
 
 
+def test_over_the_cap_constant_runs_at_run_time_correctly(monkeypatch):
+    """What the note promises, at a small scale (the cap lowered to 1 KiB):
+    an Expand of a constant left to run time, then reduced, computes what
+    onnxruntime computes; a constant Transpose over the cap too."""
+    from cuvil_mcu import limits
+    from helpers import run_c
+    monkeypatch.setattr(limits, "MAX_FOLD_BYTES", 1024)
+    x = np.array([0.5], np.float32)
+    m = expand_reduce([64, 64])
+    got, want = run_c(m, {"x": x})[0], run_ort(m, {"x": x})[0]
+    assert np.allclose(got, want, rtol=1e-6), (got, want)
+    w = numpy_helper.from_array(np.arange(24 * 32, dtype=np.float32).reshape(24, 32), "w")
+    m = model([helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0], name="t"),
+               helper.make_node("Add", ["x", "wt"], ["y"], name="add")], [vi("x", [32, 24])], [vi("y", [32, 24])], [w])
+    x = np.random.default_rng(0).standard_normal((32, 24)).astype(np.float32)
+    assert np.array_equal(run_c(m, {"x": x})[0], run_ort(m, {"x": x})[0])
+
+
 @pytest.mark.parametrize("shape,words", [([32768, 32768], ["'expand'", "4 GiB"]),
                                          ([10 ** 6, 10 ** 6], ["'expand'", "1,000,000,000,000 elements"])])
 @pytest.mark.parametrize("run_time", [False, True])
@@ -267,6 +285,24 @@ def test_clip_bounds_crossed_and_composed(tmp_path):
         m = model(nodes, [vi("x", [8])], [vi("y", [8])], c.values())
         want = run_ort(m, {"x": x})[0]
         assert np.array_equal(run_c(m, {"x": x})[0], want), want
+
+
+def test_per_axis_weights_along_another_axis_stay_float():
+    """A weight DequantizeLinear whose per-axis scales run along another axis
+    than the output channels (micro_speech's conv weights [8, 1, 10, 8] with
+    axis 0 -> -1, 8 scales either way) is not an integer conv with per-channel
+    scales: it stays float between its DQ/Q and matches onnxruntime."""
+    import shared_models as sm
+    from helpers import run_c
+    if not sm.available():
+        pytest.skip(f"reference models not found at {sm.SHARED}")
+    m = onnx.load(sm.model_path("micro_speech"))
+    dq = next(n for n in m.graph.node if n.name == "first_weights/read_dequant")
+    next(a for a in dq.attribute if a.name == "axis").i = -1
+    x = sm.samples("micro_speech")["inputs"][:1].reshape(1, 1960)
+    want = run_ort(m, {m.graph.input[0].name: x})[0]
+    got = run_c(m, {m.graph.input[0].name: x}, requant="float")[0]
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, (got, want)
 
 
 # --------------------------------------------------------------------------- 6, 7: validation on load
