@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from . import boards, codegen, frontend, limits, ops, passes, planner
-from .errors import CuvilError, UnsupportedOpError
+from .errors import CuvilError, UnsupportedOpError, one_line
 from .opt import OPT_LEVELS
 from .ir import Graph
 
@@ -34,6 +34,8 @@ class Compiled:
     weights_blob: bytes | None = None
     fp16_nodes: list[str] = field(default_factory=list)   # --precision: layers with IEEE half weights
     stack_bound: int = 0     # bytes of stack the run function and its kernels take at most
+    isa_used: dict = field(default_factory=dict)   # node name -> ISA feature of its kernels (codegen)
+    consts: list = field(default_factory=list)   # codegen.Const arrays the header (or blob) holds
 
     @property
     def in_specs(self):
@@ -45,25 +47,35 @@ class Compiled:
 
     def summary(self) -> str:
         g, p = self.graph, self.plan
-        ops_txt = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(self.op_counts.items()))
+        views = [n for n in g.nodes if ops.get(n.op_type).view]
+        kernels = [n for n in g.nodes if not ops.get(n.op_type).view]
         fused = sum(len(n.fused) for n in g.nodes)
-        lines = [
-            f"ops      {len(g.nodes)} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
+        view_txt = f", {_count(len(views), 'view')} ({_types(views)}: no code)" if views else ""
+        lines = [f"ops      {_count(len(kernels), 'kernel')}" + (f", {_count(fused, 'op')} fused into them" if fused else "")
+                 + view_txt]
+        by_variant: dict[str, list] = {}
+        for n in kernels:
+            by_variant.setdefault(VARIANT_NAMES.get(self.isa_used.get(n.name), "portable C"), []).append(n)
+        if by_variant:
+            lines.append("kernels  " + "; ".join(f"{v}: {_types(by_variant[v])}" for v in
+                                                [*VARIANT_NAMES.values(), "portable C"] if v in by_variant))
+        lines += [
             f"MACs     {self.macs:,}",
             f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
             f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
             f"0 B of constants in the header",
             f"RAM      {p.arena_size + self.stack_bound:,} B = arena {p.arena_size:,} B (planner {p.algorithm}; "
             f"lower bound {p.lower_bound:,} B" + (f", {p.no_alias_bound:,} B without in-place" if p.no_alias_bound else "")
-            + f") + kernel stack <= {self.stack_bound:,} B",
+            + f") + stack <= {self.stack_bound:,} B for {self.prefix}_run and its kernels "
+            f"({self.prefix.upper()}_RAM_SIZE)",
         ]
         if p.aliases:
             lines.append(f"in place {len(p.aliases)} of {len(g.nodes)} nodes write their output over their input "
                          f"(--plan-out lists the offsets)")
-        for t in g.inputs:
-            lines.append(f"input    {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
-        for t in g.outputs:
-            lines.append(f"output   {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
+        for kind, names in (("input", g.inputs), ("output", g.outputs)):
+            for t in names:
+                lines.append(f"{kind:<8} {one_line(t)}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}"
+                             + _quant_text(g.tensors[t]))
         if self.fp16_nodes:
             names = ", ".join(self.fp16_nodes[:12]) + (f" and {len(self.fp16_nodes) - 12} more"
                                                         if len(self.fp16_nodes) > 12 else "")
@@ -71,8 +83,40 @@ class Compiled:
         lines += [f"budget   {b}" for b in self.budget_lines] or [f"budget   {self.board.id}: no RAM/flash limit"]
         if self.budget_lines:
             lines.append(f"fits     {self.board.id}")
-        lines += [f"note     {n}" for n in g.notes]
+        soft = [n for n in kernels if n.op_type not in EDGE_OPS
+                and any(g.tensors[o].dtype == "float32" for o in n.outputs if o)]
+        if soft and self.board.isa.get("fpu") is False:
+            lines.append(f"warning  {self.board.id} ({self.board.core}) has no FPU: {_count(len(soft), 'float kernel')} "
+                         f"({_types(soft)}) run in software floating point, many times slower than int8 kernels; "
+                         f"--quantize int8 --calibration <samples.npz> makes the model integer-only")
+        lines += [f"note     {one_line(n)}" for n in g.notes]
         return "\n".join(lines)
+
+
+# the kernel variants gen's summary names, by the ISA feature their templates need (codegen Emitter.isa_used)
+VARIANT_NAMES = {"mve": "Helium", "dsp": "DSP", "neon": "NEON"}
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _types(nodes) -> str:
+    """'Conv x9, Gemm' for a list of nodes, op types in first-seen order."""
+    c = Counter(n.op_type for n in nodes)
+    return ", ".join(f"{t} x{k}" if k > 1 else t for t, k in c.items())
+
+
+def _quant_text(t) -> str:
+    """', scale 0.0039 zero point -128' for a quantized I/O tensor."""
+    q = t.quant
+    if q is None or t.dtype not in INTEGER_DTYPES:
+        return ""
+    import numpy as np
+    scale, zp = np.asarray(q.scale).reshape(-1), np.asarray(q.zero_point).reshape(-1)
+    if scale.size == 1:
+        return f", scale {float(scale[0]):.9g} zero point {int(zp[0])}"
+    return f", per-axis scales ({scale.size}: {float(scale.min()):.6g}..{float(scale.max()):.6g})"
 
 
 def _check_nodes(g: Graph) -> None:
@@ -150,7 +194,15 @@ def plan_and_render(g: Graph, prefix: str, b, algorithm: str = "auto", preserve_
     return plan, codegen.render(g, plan, prefix, target=b, room=room, **render_kw)
 
 
+# --name prefixes every C symbol and names the output files (lib<name>.so, <name>.weights.bin, and while
+# they are staged .<name>.weights.bin.XXXXXXXX): a bound far inside a file system's 255-byte names
+MAX_NAME = 48
+
+
 def check_name(name: str) -> str:
+    if len(name) > MAX_NAME:
+        raise CuvilError(f"--name '{one_line(name[:24])}...' has {len(name):,} characters; at most {MAX_NAME} (it "
+                         f"prefixes every C symbol and names the output files)")
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name.endswith("_"):
         raise CuvilError(f"--name '{name}' must be a C identifier: a letter, then letters, digits or "
                          f"single underscores (it prefixes every symbol, e.g. {name}_run)")
@@ -231,4 +283,4 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob), samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
                     weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16],
-                    stack_bound=r.stack_bound)
+                    stack_bound=r.stack_bound, isa_used=r.isa_used, consts=r.consts)

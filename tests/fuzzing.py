@@ -668,7 +668,7 @@ def files_in(d: Path) -> list[str]:
     return sorted(str(p.relative_to(d)) for p in d.rglob("*")) if d.exists() else []
 
 
-EXPECTED_FILES = {"host": {"model.h"}}
+EXPECTED_FILES = {"host": {"model.h", ".cuvil-mcu-files"}}   # the header and gen's manifest (outputs.py)
 STRICT = ["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
 MAX_RUN_ARENA = 256 << 20

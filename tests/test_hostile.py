@@ -436,7 +436,7 @@ def test_external_data_inside_the_folder_loads(tmp_path):
     for loc in ("w.bin", "link.bin"):
         path = _external_model(folder, loc)
         rc, out, err, _, files = gen(tmp_path / loc, path)
-        assert rc == 0 and err == "" and files == ["model.h"], err
+        assert rc == 0 and err == "" and "model.h" in files, err
 
 
 def test_ten_kilobyte_tensor_name_header_compiles(tmp_path):
@@ -495,7 +495,7 @@ def test_every_refusal_reported_in_one_run(tmp_path):
 
 # --------------------------------------------------------------------------- the fuzz run
 
-FUZZ_CASES = int(os.environ.get("CUVIL_FUZZ_CASES", "200"))
+FUZZ_CASES = int(os.environ.get("CUVIL_FUZZ_CASES", "400"))
 
 
 def test_fuzz_gen(tmp_path):

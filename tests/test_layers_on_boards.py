@@ -2,7 +2,8 @@
 NEON (Cortex-A) boards.
 
 The layer models of the int8 op tests (test_qconv, test_qgemm, test_qpool,
-test_qelementwise, test_qsoftmax; test_isa_mve's extra conv shapes), each
+test_qelementwise, test_qsoftmax; test_isa_mve's extra conv shapes;
+test_resize's ConvTranspose and Resize layers), each
 many independent layers in one graph, compiled for each QEMU board (so each
 board's kernels: portable C on the M3, DSP on the M4 / M7 / M33, Helium on
 the M55, NEON on the Cortex-A7 / A53), run as one bare-metal firmware per
@@ -106,9 +107,14 @@ def _concat():
     return qmodel(nodes, inputs, {f"y{i}": "int8" for i in range(len(cases))}, inits), None
 
 
+def _upsample():
+    from test_resize import upsample_layers
+    return upsample_layers(seed=9)
+
+
 FAMILIES = {"conv": _conv, "conv_uint8": _conv_u8, "conv_extra": _conv_extra, "gemm": _gemm, "matmul": _matmul,
             "avg_pool": _avg_pool, "max_pool": _max_pool, "add": _add, "mul": _mul, "lut": _lut,
-            "softmax": _softmax, "concat": _concat}
+            "softmax": _softmax, "concat": _concat, "upsample": _upsample}
 
 
 def _feeds(model, seed):
@@ -133,9 +139,9 @@ def test_layers_exact_on_board(family, board):
 
 @pytest.mark.parametrize("board", [pytest.param(b, marks=_MCU) for b in ("qemu-mps2-an386", "qemu-mps3-an547")]
                          + NEON_BOARDS)
-@pytest.mark.parametrize("family", ["conv", "gemm", "add", "avg_pool", "softmax"])
+@pytest.mark.parametrize("family", ["conv", "gemm", "add", "avg_pool", "softmax", "upsample"])
 def test_layers_float_requant_on_board(family, board):
     """--requant float (onnxruntime's float scales) on the cores with an FPU / NEON."""
-    model, feeds = FAMILIES[family]() if family in ("conv", "gemm") else (FAMILIES[family]()[0], None)
+    model, feeds = FAMILIES[family]() if family in ("conv", "gemm", "upsample") else (FAMILIES[family]()[0], None)
     feeds = feeds if feeds is not None else _feeds(model, seed=len(family))
     _run_exact(compile_model(model, board=board, requant="float"), feeds)

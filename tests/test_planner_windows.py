@@ -47,8 +47,10 @@ def _window(geo: ConvGeometry, b: int, oy: int, ox: int, chans) -> np.ndarray:
     return (np.asarray(pix, np.int64)[:, None] * geo.c + np.asarray(chans, np.int64)[None, :]).reshape(-1)
 
 
-def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, reverse: bool, seq: bool):
-    """("r", input bytes) / ("w", output bytes) in the kernel's order."""
+def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, reverse: bool, seq: bool,
+                  opos=None):
+    """("r", input bytes) / ("w", output bytes) in the kernel's order (opos:
+    output channel m stored at channel opos[m], a folded channel shuffle)."""
     (oh, ow), m, c = geo.out_hw, geo.m, geo.c
     mult = m // c if depthwise else 1
     passes = [(b, list(range(p0, min(p0 + group, oh * ow)))) for b in range(geo.n)
@@ -63,7 +65,8 @@ def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, r
         return _window(geo, b, p // ow, p % ow, chans)
 
     def writes(b, p, block):
-        return (b * oh * ow + p) * m + np.asarray(block, np.int64)
+        chans = np.asarray(block, np.int64)
+        return (b * oh * ow + p) * m + (chans if opos is None else np.asarray(opos, np.int64)[chans])
 
     for b, pix in passes:
         if not cblock:
@@ -156,7 +159,8 @@ def replay(c) -> int:
         tens = [g.tensors[t] if t else None for t in n.inputs]
         geo = op._params(n, tens).geo
         if prm["model"] == "raster":
-            events = raster_events(geo, prm["depthwise"], prm["group"], prm["cblock"], prm["reverse"], prm["seq"])
+            events = raster_events(geo, prm["depthwise"], prm["group"], prm["cblock"], prm["reverse"], prm["seq"],
+                                   prm.get("opos"))
         else:
             events = band_events(geo.n, geo.c, prm)
         for kind, idx in events:
@@ -277,6 +281,54 @@ def test_random_chains_alias_most_nodes():
             n_alias += len(c.plan.aliases)
             n_nodes += sum(n.op_type == "QLinearConv" for n in c.graph.nodes)
         assert n_alias >= n_nodes // 2, (board, n_alias, n_nodes)
+
+
+def grouped_chain(seed: int):
+    """A chain of grouped QLinearConv layers (NCHW in the model), each but the
+    last followed by a channel shuffle the compiler folds into its stores
+    (passes/fold_shuffle.py: _ochan), between pointwise and depthwise ones."""
+    from test_group_conv import _shuffle_nodes
+    rng = np.random.RandomState(seed)
+    h, w, c = 6, 5, 12
+    nodes, inits, x0 = [], {}, None
+    specs = [((24, 4, 1, 1), dict(group=3), 3), ((24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1]), 0),
+             ((24, 6, 3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[1 + seed % 2] * 2), 4),
+             ((18, 8, 1, 1), dict(group=3), 0)]
+    for i, (ws, attrs, shuffle) in enumerate(specs):
+        node, ini, x = conv_layer(rng, i, (1, c, h, w), ws, attrs)
+        if i == 0:
+            x0 = x
+        else:
+            node.input[0] = src
+        s = attrs.get("strides", [1, 1])[0]
+        p = attrs.get("pads", [0, 0, 0, 0])[0]
+        h, w, c = (h + 2 * p - ws[2]) // s + 1, (w + 2 * p - ws[3]) // s + 1, ws[0]
+        inits.update(ini)
+        nodes.append(node)
+        src = f"y{i}"
+        if shuffle:
+            node.output[0] = f"c{i}"
+            sn, si = _shuffle_nodes(i, f"c{i}", (1, c, h, w), shuffle, f"y{i}")
+            nodes += sn
+            inits.update(si)
+    model = qmodel(nodes, {"x0": (x0.shape, "int8")}, {src: "int8"}, inits)
+    return model, {"x0": x0}
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_grouped_chain_replay_and_poison(board, tmp_path):
+    """The grouped kernels' declared orders (qgconv_dsp, qgdot_mve: pixel
+    pairs, all inputs first; the portable and NEON kernels: pixel by pixel
+    with the channels stored through the folded shuffle) replayed on the
+    plan, and the header run on a poisoned arena."""
+    for seed in range(2):
+        model, feeds = grouped_chain(seed)
+        c = compile_model(model, board=board)
+        grouped = [n.name for n in c.graph.nodes if n.op_type == "QLinearConv" and n.attrs.get("group", 1) in (3, 4)]
+        assert sum(n.attrs.get("_ochan") is not None for n in c.graph.nodes) == 2
+        assert replay(c) == len(c.plan.aliases)
+        assert any(a["node"] in grouped for a in c.plan.aliases), (board, c.plan.aliases)
+        assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, POISON[seed]), feeds)
 
 
 # --------------------------------------------------------------------------- shared models

@@ -17,8 +17,9 @@ import numpy as np
 
 from .. import limits, ops
 from ..ir import C_TYPES, Graph, Tensor
+from ..isa import ORDER as ISA_ORDER
 from ..planner import ALIGN, Plan
-from .carray import c_array, c_comment, c_float, c_string
+from .carray import WORDS_FROM, c_array, c_comment, c_float, c_string, c_words, word_count
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -34,11 +35,36 @@ def template_dir() -> Path:
 _ENV: jinja2.Environment | None = None
 
 
+class _TemplateCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs (a fresh process otherwise spends
+    ~0.3 s compiling model.h.j2 and the kernels). Jinja keys each entry on the
+    template's source checksum, so an edited template is compiled again.
+    Best effort, like the compile cache: a folder that cannot be written
+    never fails a gen."""
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _template_cache() -> jinja2.BytecodeCache | None:
+    from .. import cache
+    where = cache.templates_dir()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return _TemplateCache(str(where))
+
+
 def env() -> jinja2.Environment:
     global _ENV
     if _ENV is None:
         _ENV = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(template_dir())),
+            bytecode_cache=_template_cache(),
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -49,6 +75,7 @@ def env() -> jinja2.Environment:
         _ENV.filters["c_float"] = c_float
         _ENV.filters["c_string"] = c_string
         _ENV.filters["c_comment"] = c_comment
+        _ENV.filters["c_words"] = c_words
     return _ENV
 
 
@@ -58,6 +85,12 @@ class Const:
     ctype: str
     data: np.ndarray
     comment: str
+
+    @property
+    def words(self) -> int:
+        """64-bit words the header stores this array in (0: one literal per
+        element, for small arrays): carray.c_words."""
+        return word_count(self.data) if self.data.nbytes >= WORDS_FROM else 0
 
 
 @dataclass
@@ -83,6 +116,9 @@ class Emitter:
     orders: dict = field(default_factory=dict)           # node name -> [(input index, variant, Order | callable)]
     room: dict | None = None     # node name -> arena bytes its kernels may take as scratch (None: none spare)
     _last_read: dict | None = None
+    # node name -> the ISA feature its kernels use on this target ("mve", "dsp", "neon"; absent: portable C),
+    # from the template names (kernels/*_dsp|_mve|_neon.c.j2) whose feature the board has; gen's summary says it
+    isa_used: dict = field(default_factory=dict)
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -152,7 +188,7 @@ class Emitter:
         if data.dtype == np.bool_:
             data = data.astype(np.uint8)
         ctype = ctype or C_TYPES[data.dtype.name]
-        key = (ctype, data.dtype.str, data.shape, hashlib.sha256(data.tobytes()).hexdigest())
+        key = (ctype, data.dtype.str, data.shape, hashlib.sha256(data.reshape(-1).view(np.uint8)).hexdigest())
         if key in self._const_by_key:
             return self._const_by_key[key]
         base = re.sub(r"[^A-Za-z0-9_]", "_", name)[:40].strip("_") or "c"
@@ -197,6 +233,11 @@ class Emitter:
         function name. A variant dict is passed to the template and its
         'name' key suffixes the function name."""
         fname = f"{self.prefix}__{template}"
+        feature = template.rsplit("_", 1)[-1]
+        if self.node is not None and feature in ISA_ORDER and self.target is not None and self.target.has(feature):
+            was = self.isa_used.get(self.node.name)
+            if was is None or ISA_ORDER.index(feature) < ISA_ORDER.index(was):
+                self.isa_used[self.node.name] = feature
         if variant and variant.get("name"):
             fname += "_" + variant["name"]
         if fname not in self.kernels:
@@ -247,6 +288,8 @@ class Rendered:
     kernels: list[str]           # function names of the kernels emitted
     blob: bytes | None = None    # weights="separate": <name>.weights.bin (codegen/blob.py)
     stack_bound: int = 0         # bytes of stack <prefix>_run and its kernels take at most
+    isa_used: dict = field(default_factory=dict)   # node name -> ISA feature of its kernels (Emitter.isa_used)
+    consts: list = field(default_factory=list)   # the Const arrays (symbol, C type, data), in or beside the header
 
 
 # Bytes of stack <prefix>_run and the kernels it calls may take, by the
@@ -352,13 +395,27 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "states": states,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
         "wblob": None,
+        "words_from": WORDS_FROM,
         "stack_bound": stack_bound(target),
     }
     if weights == "separate":
         return _render_separate(ctx, k)
-    text = env().get_template("model.h.j2").render(**ctx)
-    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels),
-                    stack_bound=ctx["stack_bound"])
+    # The template marks where each array's words go; they are printed after
+    # the blank lines are squeezed (no pass over megabytes of hex).
+    words: list[np.ndarray] = []
+
+    def mark(data: np.ndarray) -> str:
+        words.append(data)
+        return f"\0{len(words) - 1}\0"
+
+    ctx["words"] = mark
+    text = _squeeze_blank_lines(env().get_template("model.h.j2").render(**ctx))
+    parts = text.split("\0")
+    assert len(parts) == 2 * len(words) + 1, "a NUL character in the rendered header"
+    parts[1::2] = [c_words(words[int(i)]) for i in parts[1::2]]
+    return Rendered("".join(parts), ctx["weights_bytes"], list(k.kernels),
+                    stack_bound=ctx["stack_bound"], isa_used=dict(k.isa_used),
+                    consts=ctx["consts"])
 
 
 def _render_separate(ctx: dict, k: Emitter) -> Rendered:
@@ -373,12 +430,20 @@ def _render_separate(ctx: dict, k: Emitter) -> Rendered:
                     "crc_at": blob.CRC_AT, "crc_table": blob.crc_nibble_table(),
                     "hash": blob.HASH_PLACEHOLDER}
     tpl = env().get_template("model.h.j2")
-    text = re.sub(r"\n{3,}", "\n\n", tpl.render(**ctx))
+    text = _squeeze_blank_lines(tpl.render(**ctx))
     # The model file's name is a comment: the same code from a renamed file takes the same blobs.
     ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
     text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
     return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash),
-                    stack_bound=ctx["stack_bound"])
+                    stack_bound=ctx["stack_bound"], isa_used=dict(k.isa_used), consts=consts)
+
+
+def _squeeze_blank_lines(text: str) -> str:
+    """Runs of blank lines the template's conditionals leave become one
+    (str.replace: a regex over a 50 MB header took a second and a half)."""
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
 
 
 def _comment_safe(s: str) -> str:

@@ -64,11 +64,11 @@ class Op:
     def scratch(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]) -> int:
         return 0
 
-    def fold_cost(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]) -> int:
+    def fold_cost(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], loops: int = 0) -> int:
         """Work of evaluating `reference` on constant inputs (limits.MAX_FOLD_COST):
         multiply-adds plus output elements; ops whose reference loops in Python
-        add those iterations, weighted."""
-        return self.macs(node, ins, outs) + sum(t.size for t in outs)
+        add those `loops` iterations, weighted (each costs a numpy call)."""
+        return self.macs(node, ins, outs) + sum(t.size for t in outs) + 4096 * loops
 
     def emit(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], k) -> None:
         raise NotImplementedError

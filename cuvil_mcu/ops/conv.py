@@ -13,7 +13,9 @@ multiply-add: output rows/columns whose kernel window lies inside the input
 rows/columns read their valid kernel range and first input index from small
 tables computed here. Small kernels (KH*KW <= MAX_FIXED_TAPS) get a variant
 with the kernel size fixed at compile time so the C compiler unrolls the
-interior loops.
+interior loops. A layer carrying `_ochan` (a channel shuffle folded into it,
+see out_channels) runs on `conv2d_f32`, which stores each output channel
+plane at its position.
 """
 from __future__ import annotations
 
@@ -204,6 +206,27 @@ def border_rows(geo: ConvGeometry) -> list[int]:
     return rows
 
 
+def out_channels(node, m: int) -> np.ndarray | None:
+    """The node's `_ochan` (set by passes/fold_shuffle.py): the channel
+    position at which output channel m of the convolution is stored, a
+    permutation of range(M) (a channel shuffle after the layer, folded into
+    its stores); None: the natural order."""
+    v = node.attr("_ochan")
+    if v is None:
+        return None
+    pos = np.asarray(v, np.int64).reshape(-1)
+    if pos.size != m or not np.array_equal(np.sort(pos), np.arange(m)):
+        raise shape_error(node, f"_ochan must be a permutation of the {m} output channels")
+    return pos
+
+
+def place_channels(y: np.ndarray, pos: np.ndarray | None, axis: int) -> np.ndarray:
+    """Output channel m of y stored at position pos[m] of `axis`."""
+    if pos is None:
+        return y
+    return np.take(y, np.argsort(pos), axis=axis)
+
+
 def _border_tables(n_in: int, n_out: int, k: int, s: int, d: int, p: int):
     """Interior [a, b) of output positions whose kernel window lies inside the
     input, and a table (3 ints per border position, positions [0, a) then
@@ -252,12 +275,12 @@ class Conv(Op):
 
     def fold_cost(self, node, ins, outs):
         geo = conv_geometry(node, ins[0].shape, ins[1].shape)   # the reference loops over groups and taps
-        return self.macs(node, ins, outs) + sum(t.size for t in outs) + 4096 * geo.group * geo.k[0] * geo.k[1]
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def reference(self, node, ins, x, w, b=None):
         geo = conv_geometry(node, np.shape(x), np.shape(w))
         y = conv_reference(x, w, b, geo).astype(np.asarray(x).dtype)
-        return [apply_act(y, node.act)]
+        return [place_channels(apply_act(y, node.act), out_channels(node, geo.m), 1)]
 
     def macs(self, node, ins, outs):
         geo = conv_geometry(node, ins[0].shape, ins[1].shape)
@@ -273,7 +296,8 @@ class Conv(Op):
         y_ptr, x_ptr = k.ptr(outs[0]), k.ptr(x)
         w_data = np.ascontiguousarray(np.asarray(w.data, np.float32))
         b_ptr = k.ptr(b) if b is not None else None
-        kind = _kind(geo)
+        pos = out_channels(node, geo.m)
+        kind = _kind(geo) if pos is None else "direct"   # (only the direct kernel places channels)
         if kind == "pointwise":
             p = geo.hw[0] * geo.hw[1]
             # Y[M, P] = W[M, C] x X[C, P] + bias[M] (broadcast along P), per image.
@@ -297,10 +321,13 @@ class Conv(Op):
         template = "dwconv2d_f32" if kind == "depthwise" else "conv2d_f32"
         wsym = k.weight(w_data, w.name)
         half = wsym in k.half_symbols
-        variant = {"name": "_".join(filter(None, [f"k{kh}x{kw}" if fixed else "", "h" if half else ""])),
-                   "kh": kh if fixed else 0, "kw": kw if fixed else 0, "fields": CONV_FIELDS, "fp16": half}
+        variant = {"name": "_".join(filter(None, [f"k{kh}x{kw}" if fixed else "", "h" if half else "",
+                                                  "om" if pos is not None else ""])),
+                   "kh": kh if fixed else 0, "kw": kw if fixed else 0, "fields": CONV_FIELDS, "fp16": half,
+                   "omap": pos is not None}
         fn = k.kernel(template, variant)
         lo, hi = act_bounds(node)
         g = k.const(geo_arr.astype(np.int32), "conv_geo")
-        k.line(f"{fn}({y_ptr}, {x_ptr}, {wsym}, {b_ptr if b_ptr else 'NULL'}, {g}, {lo}, {hi});")
+        omap = "" if pos is None else ", " + k.const(pos.astype(np.int32), f"{node.name}_ochan")
+        k.line(f"{fn}({y_ptr}, {x_ptr}, {wsym}, {b_ptr if b_ptr else 'NULL'}, {g}, {lo}, {hi}{omap});")
 

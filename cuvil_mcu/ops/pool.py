@@ -146,7 +146,7 @@ class _Pool(Op):
 
     def fold_cost(self, node, ins, outs):
         rows = sum(dm[0] for dm in geometry(node, ins[0].shape))   # the reference loops over table rows
-        return self.macs(node, ins, outs) + sum(t.size for t in outs) + 4096 * rows
+        return super().fold_cost(node, ins, outs, rows)
 
     def _tables(self, node, x_shape):
         include = self.kind == "avg" and bool(int(node.attr("count_include_pad", 0)))

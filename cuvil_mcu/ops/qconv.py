@@ -17,6 +17,11 @@ channels ([M][kH][kW][C/group]); the depthwise kernel reads [kH][kW][C*mult]
 the same kernels through element strides. Weights are stored with their zero
 point subtracted (int8 when the values fit, else int16).
 
+A channel shuffle after the layer may be folded into it (passes/
+fold_shuffle.py): `_ochan` then says at which channel position each output
+channel is stored (ops/conv.py out_channels); the reference and every
+kernel place the channels so.
+
 Where the whole kernel window lies inside the input (the interior, see
 ops/conv.py), the input offset is folded into the bias at compile time:
 sum w * (x - x_zp) = sum w * x - x_zp * sum w, so the interior inner loop is
@@ -31,7 +36,8 @@ import numpy as np
 from .. import isa
 from ..planner import windows
 from .base import Op, register, shape_error, unsupported
-from .conv import ConvGeometry, _border_tables, check_conv_limits, conv_geometry, conv_nchw
+from .conv import (ConvGeometry, _border_tables, check_conv_limits, conv_geometry, conv_nchw, out_channels,
+                   place_channels)
 from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
                     make_requant, offset_range, offset_weights, scalar_qparams, weight_qparams, zero_points)
 
@@ -76,6 +82,7 @@ class _QConv:
     w_zp: np.ndarray          # int64 [M]
     bias: np.ndarray | None   # int64 [M]
     rq: Requant
+    ochan: np.ndarray | None = None   # output channel m stored at channel ochan[m] (ops.conv.out_channels)
 
 
 @dataclass
@@ -164,7 +171,7 @@ class _QConvBase(Op):
 
     def fold_cost(self, node, ins, outs):
         geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)   # the reference loops over taps
-        return self.macs(node, ins, outs) + sum(t.size for t in outs) + 4096 * geo.group * geo.k[0] * geo.k[1]
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def reference(self, node, ins, *arrays):
         p = self._params(node, ins)
@@ -175,7 +182,7 @@ class _QConvBase(Op):
         acc = conv_int(x - p.x_zp, w, p.geo)
         if p.bias is not None:
             acc = acc + p.bias.reshape(1, -1, 1, 1)
-        y = p.rq.apply(acc, (1, -1, 1, 1)).reshape(p.geo.out_shape)
+        y = place_channels(p.rq.apply(acc, (1, -1, 1, 1)), p.ochan, 1).reshape(p.geo.out_shape)
         return [np.moveaxis(y, 1, -1) if p.cl else y]
 
     def macs(self, node, ins, outs):
@@ -198,25 +205,29 @@ class _QConvBase(Op):
         if p.rq.mode == "none":
             unused += ["yzp", "lo", "hi"]
         rev = not depthwise and k.variant() == "rev"
+        omap = p.ochan is not None
+        if omap and depthwise:   # (passes/fold_shuffle.py places channels of grouped layers only)
+            raise unsupported(node, "_ochan on a depthwise convolution")
         name = (f"{CODES[x.dtype]}{CODES[wk.dtype.name]}{CODES[outs[0].dtype]}_{p.rq.mode}"
-                + ("_nhwc" if p.cl else "_nchw") + ("_rev" if rev else ""))
+                + ("_nhwc" if p.cl else "_nchw") + ("_rev" if rev else "") + ("_om" if omap else ""))
         if p.rq.mode != "none":
             k.kernel(f"requant_{p.rq.mode}")
         fn = k.kernel(template, {"name": name, "xt": CTYPES[x.dtype], "wt": CTYPES[wk.dtype.name],
                                  "yt": CTYPES[outs[0].dtype], "rq": p.rq.mode, "cl": bool(p.cl),
-                                 "fields": QCONV_FIELDS, "unused": unused, "rev": rev})
+                                 "fields": QCONV_FIELDS, "unused": unused, "rev": rev, "omap": omap})
         wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
         bsym = k.const(b2, f"{node.name}_bias")
         g = k.const(geo_arr.astype(np.int32), "qconv_geo")
         # per pixel in raster order, each output channel written after its window is
         # read (the order models count bytes: one-byte elements in and out only)
         if p.cl and x.dtype in INT8_TYPES and outs[0].dtype in INT8_TYPES:
-            k.order(self.X, lambda: windows.raster(p.geo, depthwise, group=1, cblock=1,
+            k.order(self.X, lambda: windows.raster(p.geo, depthwise, group=1, cblock=1, opos=p.ochan,
                                                    what=f"{template}: pixels, channels one by one"))
             if not depthwise:   # the general kernel also runs from the last pixel down
-                k.order(self.X, lambda: windows.raster(p.geo, False, group=1, cblock=1, reverse=True,
+                k.order(self.X, lambda: windows.raster(p.geo, False, group=1, cblock=1, reverse=True, opos=p.ochan,
                                                        what=f"{template}: pixels from the last down"), "rev")
-        k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
+        om = f", {k.const(p.ochan.astype(np.int32), f'{node.name}_ochan')}" if omap else ""
+        k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{om}{p.rq.c_args(k, node.name)});")
 
 
 @register("QLinearConv", "com.microsoft.QLinearConv")
@@ -245,7 +256,7 @@ class QLinearConv(_QConvBase):
         y_s, y_zp = scalar_qparams(node, ins[6], ins[7] if len(ins) > 7 else None, "y", ydt)
         bias = _bias(node, ins[8] if len(ins) > 8 else None, geo.m)
         rq = make_requant(node, x_s, w_s, y_s, y_zp, ydt, geo.m)
-        return _QConv(geo, channels_last(node), x_zp, w_zp, bias, rq)
+        return _QConv(geo, channels_last(node), x_zp, w_zp, bias, rq, out_channels(node, geo.m))
 
 
 @register("ConvInteger")
@@ -260,7 +271,7 @@ class ConvInteger(_QConvBase):
         geo = qconv_geometry(node, x.shape, w.shape)
         x_zp = zero_points(node, ins[2] if len(ins) > 2 else None, "x", 1, x.dtype)
         w_zp = zero_points(node, ins[3] if len(ins) > 3 else None, "w", geo.m, w.dtype)
-        return _QConv(geo, channels_last(node), int(x_zp[0]), w_zp, None, NO_REQUANT)
+        return _QConv(geo, channels_last(node), int(x_zp[0]), w_zp, None, NO_REQUANT, out_channels(node, geo.m))
 
 
 def _bias(node, b, m: int) -> np.ndarray | None:

@@ -6,7 +6,7 @@ bottom; with verify=True (the tests) the IR verifier runs after each one.
 from __future__ import annotations
 
 from ..ir import Graph, verify
-from . import (cancel_transposes, dead_nodes, fold_batchnorm, fold_constants, fuse_activation,
+from . import (cancel_transposes, dead_nodes, fold_batchnorm, fold_constants, fold_shuffle, fuse_activation,
                fuse_pad, io_quant, layout, qdq, rnn_io, stamp_requant)
 
 PIPELINE = [
@@ -19,7 +19,9 @@ PIPELINE = [
     fuse_pad,            # constant Pad into the Conv/Pool that reads it
     cancel_transposes,   # Transpose pairs that undo each other
     fuse_activation,     # Relu/Clip into the producing kernel
+    fold_shuffle,        # channel shuffles (Reshape -> Transpose -> Reshape) into the convolutions around
     layout,              # integer spatial ops to NHWC, transposes cancelled
+    fold_shuffle,        # (NHWC ones, and those the layout pass brought next to a convolution)
     dead_nodes,
     stamp_requant,       # integer ops record the graph's requantization mode
     io_quant,            # scale / zero point of the inputs and outputs, for the header

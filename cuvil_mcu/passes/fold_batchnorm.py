@@ -42,6 +42,9 @@ def _fold_conv(g: Graph, p: Node, s: np.ndarray, t: np.ndarray) -> bool:
     b = _const(g, b_name)
     if b_name and b is None:
         return False
+    pos = p.attr("_ochan")   # output channel m stored at position pos[m] (passes/fold_shuffle.py)
+    if pos is not None:
+        s, t = s[np.asarray(pos, np.int64)], t[np.asarray(pos, np.int64)]
     shape = (-1,) + (1,) * (w.ndim - 1)
     w2 = (w.astype(np.float64) * s.reshape(shape)).astype(np.float32)
     b2 = t if b is None else (b.astype(np.float64) * s + t).astype(np.float32)

@@ -20,7 +20,7 @@ from ..ir import Graph, Node, Tensor
 from . import dead_nodes
 
 SPATIAL = {"QLinearConv", "ConvInteger", "com.microsoft.QLinearAveragePool",
-           "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool"}
+           "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool", "cuvil.QConvTranspose", "cuvil.QResize"}
 # element-wise ops: (run-time data input indices) — all other inputs are scalars
 ELEMENTWISE = {"com.microsoft.QLinearAdd": (0, 3), "com.microsoft.QLinearMul": (0, 3), "cuvil.QLut": (0,),
                "QuantizeLinear": (0,), "DequantizeLinear": (0,), "Relu": (0,), "Clip": (0,)}
@@ -113,9 +113,12 @@ def _sink(g: Graph) -> bool:
             idx = tuple(range(2, len(n.inputs), 3))
         elif n.op_type == "Concat":
             idx = tuple(range(len(n.inputs)))
+        elif n.op_type == "Gather" and len(n.inputs) == 2 and g.tensors[n.inputs[1]].is_const \
+                and len(g.tensors[n.inputs[1]].shape) == 1:
+            idx = (0,)   # a permutation of one axis (passes/fold_shuffle.py): the axis moves like Concat's
         if idx is None or n.outputs[0] in g.outputs:
             continue
-        concat = "Concat" in n.op_type
+        concat = "Concat" in n.op_type or n.op_type == "Gather"
         if concat and any(g.tensors[n.inputs[i]].is_const for i in idx):
             continue
         ts = [prod.get(n.inputs[i]) for i in idx if i < len(n.inputs)]

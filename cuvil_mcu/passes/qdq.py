@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
-from . import qdq_rnn
+from . import qdq_rnn, qdq_upsample
 
 INT_TYPES = ("int8", "uint8")
 # Ops that move or select integer values without changing scale.
@@ -197,6 +197,8 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     t = n.op_type
     if t in qdq_rnn.OPS:   # recurrent layers: their own patterns
         return qdq_rnn.rewrite(n, ctx)
+    if t in qdq_upsample.OPS:   # ConvTranspose, Resize / Upsample
+        return qdq_upsample.rewrite(n, ctx)
     if t in ("Conv", "MatMul", "Gemm", "Add", "Mul"):
         allow_act = True
     elif t in ("AveragePool", "GlobalAveragePool", "Softmax", "Concat") or t in LUT_FNS:

@@ -342,10 +342,13 @@ def room(g: Graph, p: Plan) -> dict[str, int]:
     """Per node: arena bytes free at its step (arena minus the bytes live
     there, its own scratch not counted): scratch a kernel may take there
     without (fragmentation aside) growing the arena."""
-    from .algorithms import live_extent
+    from .algorithms import live_extent, live_per_step
+    records = {b.name: b.record() for b in p.buffers}
+    live = live_per_step(list(records.values()), list(range(len(g.nodes))))
     out = {}
     for i, n in enumerate(g.nodes):
-        used = sum(live_extent(b.record(), i) for b in p.buffers if b.name != f"scratch:{n.name}")
+        own = records.get(f"scratch:{n.name}")
+        used = live[i] - (live_extent(own, i) if own is not None else 0)
         out[n.name] = max(0, p.arena_size - used)
     return out
 

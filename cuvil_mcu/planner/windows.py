@@ -126,7 +126,7 @@ def _first_cover(n_in: int, n_out: int, k: int, s: int, pad: int) -> np.ndarray:
 
 
 def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = "",
-           reverse: bool = False, seq: bool = False) -> Order:
+           reverse: bool = False, seq: bool = False, opos=None) -> Order:
     """Output pixels in raster order (batch, row, column), `group` pixels per
     pass; per pass, output channels in blocks of `cblock` (0: all at once):
     for each block the pass's inputs are read (a depthwise block reads only
@@ -135,7 +135,9 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
     inputs read and outputs written in turn, pixel after pixel of the pass,
     for each block). cblock 0 is a kernel that copies the pass's windows
     before any output is written. reverse: the passes run from the last
-    pixel down."""
+    pixel down. opos: output channel m is stored at channel position
+    opos[m] of its pixel (a channel shuffle folded into the stores,
+    ops.conv.out_channels)."""
     (h, w), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
     (dh, dw) = geo.dilations
@@ -156,7 +158,12 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
 
     def within(q):   # the pixel's turn inside its pass and block
         return q % npx % group if seq else np.zeros_like(q)
-    ws = ((step(pix)[:, None] * nblk + (np.arange(m) // cb)[None, :]) * sub + within(pix)[:, None]).reshape(-1)
+    ws = (step(pix)[:, None] * nblk + (np.arange(m) // cb)[None, :]) * sub + within(pix)[:, None]
+    if opos is not None:
+        placed = np.empty_like(ws)
+        placed[:, np.asarray(opos, np.int64)] = ws
+        ws = placed
+    ws = ws.reshape(-1)
     cover = _first_cover if reverse else _last_cover
     ry = cover(h, oh, kh, sh, pt)
     rx = cover(w, ow, kw, sw, pl)
@@ -174,7 +181,7 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
     return Order(ws.astype(np.int64), lr.astype(np.int64),
                  what or f"raster(group={group}, cblock={cblock}{', reverse' if reverse else ''})",
                  dict(model="raster", depthwise=bool(depthwise), group=group, cblock=cblock, reverse=bool(reverse),
-                      seq=bool(seq)))
+                      seq=bool(seq), **({} if opos is None else {"opos": [int(v) for v in opos]})))
 
 
 def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, lb: int, sh: int, pt: int,

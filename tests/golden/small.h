@@ -16,8 +16,9 @@
    Inputs and outputs live inside the arena (zero-copy); model_run_copy()
    copies them in and out instead. model_run may overwrite the inputs (layers
    write their outputs over what they consume): write them again before each
-   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
-   the arena: 480 bytes, aligned to 16.
+   run (cuvil-mcu gen --preserve-input keeps them). At run time the model
+   needs the arena (480 bytes, aligned to 16) and at most 512 bytes
+   of stack: MODEL_RAM_SIZE in all.
 
    Inputs:
      0: "x" float32 [1, 3, 4, 5]  (60 elements, 240 bytes)
@@ -144,6 +145,13 @@ extern "C" {
 #endif
 
 /* ---- constants (612 bytes) ---- */
+/* Arrays of 64 bytes or more hold their bytes as little-endian 64-bit
+   words (exact, and compact), in a union with the element array the kernels
+   read: reading the other member of a union is defined in C99 (6.5.2.3) and
+   documented type punning in C++ for gcc, clang and MSVC. */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "model.h: the constants are stored as little-endian words; this target is big-endian"
+#endif
 /* bcast_shape int32[6] */
 static const int32_t model__w0_bcast_shape[6] MODEL_WEIGHTS_ATTR = {
     1, 1, 1, 1, 3, 20
@@ -169,27 +177,25 @@ static const int32_t model__w5_bcast_stride[6] MODEL_WEIGHTS_ATTR = {
     0, 0, 0, 0, 0, 1
 };
 /* w float32[60] */
-static const float model__w6_w[60] MODEL_WEIGHTS_ATTR = {
-    -1.0816169f, -0.4194583f, 0.33973137f, 0.6074826f, -1.1180178f, 1.1710758f, -0.4302446f, 1.0597537f,
-    1.2392946f, -0.4781866f, 0.87652045f, 2.3670943f, -1.1656594f, -0.6655646f, 1.298783f, 1.0740472f,
-    -0.20594415f, 1.8430872f, 0.018781781f, 0.42275512f, -1.374073f, -1.6611656f, 2.3612094f, 0.32392424f,
-    -0.77287775f, 1.3052351f, 0.8885981f, -1.0450598f, -1.2757705f, -1.257046f, -0.6549354f, 1.0145034f,
-    1.1680846f, -0.93135f, 0.49020848f, -0.10860538f, -0.4808234f, 0.39766076f, -1.8914735f, -1.1258365f,
-    -0.15631063f, -1.2087572f, -2.1388276f, 0.53277457f, -0.15661152f, 0.22402944f, 3.0321968f, 0.22199969f,
-    1.6607393f, 0.03673074f, -0.31458068f, -1.4054896f, -0.19006005f, -0.47608116f, -0.84771866f, 0.49346f,
-    0.6273043f, 0.5041543f, -0.7747005f, -0.4241444f
-};
+static const union { uint64_t w[30]; float v[60]; } model__w6_w__u MODEL_WEIGHTS_ATTR = { {
+0xbed6c33dbf8a726c,0x3f1b83fb3eadf145,0x3f95e5d0bf8f1b35,0x3f87a602bedc4905,0xbef4d4e03f9ea135,
+0x40177e793f6063a5,0xbf2a6271bf953454,0x3f897a613fa63e85,0x3febea48be52e306,0x3ed8735c3c99dc40,
+0xbfd4a113bfafe1a0,0x3ea5d96640171e0e,0x3fa711f2bf45db51,0xbf85c4853f637b2a,0xbfa0e6e2bfa34c73,
+0x3f81db3fbf27a9d9,0xbf6e6cf43f9583cc,0xbdde6c7f3efafc9b,0x3ecb9a31bef62e7c,0xbf901b69bff21bce,
+0xbf9ab88ebe200fe5,0x3f0863eac008e28d,0x3e6567f9be205ec5,0x3e6353e340420f83,0x3d1672f93fd4931b,
+0xbfb3e715bea110b8,0xbef3c0e9be429f1a,0x3efca6cabf590417,0x3f0110423f209704,0xbed92974bf4652c6,
+} };
+#define model__w6_w (model__w6_w__u.v)
 /* c float32[1, 60] */
-static const float model__w7_c[60] MODEL_WEIGHTS_ATTR = {
-    -1.1943254f, 0.8283939f, 1.2361314f, -0.2567708f, 0.15415996f, 1.2167993f, 0.42348146f, -1.8979592f,
-    -0.123662055f, -0.6838856f, -0.15785393f, 0.015741687f, -0.7444472f, -0.57240975f, 0.31078115f, 0.30071965f,
-    0.8196001f, 0.512277f, -0.8332826f, 2.7723615f, 0.03441843f, 0.47896725f, 0.25863495f, 1.2048643f,
-    0.25732702f, -2.732022f, -0.2192531f, 1.2007163f, -1.488634f, -1.0143806f, 0.925939f, -1.2095821f,
-    0.7630107f, -1.1869931f, -0.18117419f, 2.3610692f, 1.0104649f, -0.23144326f, -0.60726434f, -1.2372688f,
-    -0.21279366f, 0.51485634f, -1.6376505f, -0.5876316f, 0.56657535f, 0.80389726f, 0.5539112f, -1.6305324f,
-    -0.60883033f, 0.20828058f, -1.3445709f, 0.85195994f, 0.26171997f, -0.082325235f, -1.4159528f, 0.14392835f,
-    1.957231f, -1.5159361f, -0.11518437f, 0.26042804f
-};
+static const union { uint64_t w[30]; float v[60]; } model__w7_c__u MODEL_WEIGHTS_ATTR = { {
+0x3f54119fbf98dfa8,0xbe8377763f9e398e,0x3f9bc0143e1ddc1c,0xbff2f0543ed8d290,0xbf2f1320bdfd4288,
+0x3c80f4b6be21a476,0xbf128972bf3e9417,0x3e99f7ed3e9f1eb5,0x3f0324963f51d150,0x40316e5fbf555202,
+0x3ef53b323d0cfa57,0x3f9a38fe3e846bcd,0xc02ed9733e83c05e,0x3f99b112be6083e2,0xbf81d739bfbe8b8f,
+0xbf9ad3963f6d0a57,0xbf97ef643f4354ab,0x40171bc2be3985ba,0xbe6cff763f8156ea,0xbf9e5ed3bf1b75ad,
+0x3f03cda0be59e695,0xbf166f06bfd19e88,0x3f4dcc363f110b15,0xbfd0b5493f0dcd20,0x3e554781bf1bdc4e,
+0x3f5a1a0cbfac1ae6,0xbda89a223e860029,0x3e1361f4bfb53df1,0xbfc20a323ffa868c,0x3e8556d3bdebe5c8,
+} };
+#define model__w7_c (model__w7_c__u.v)
 
 /* ---- kernels ---- */
 /* out = x + y for x from a, y from b (broadcast), then the fused clamp

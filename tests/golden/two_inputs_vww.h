@@ -16,8 +16,9 @@
    Inputs and outputs live inside the arena (zero-copy); vww_run_copy()
    copies them in and out instead. vww_run may overwrite the inputs (layers
    write their outputs over what they consume): write them again before each
-   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
-   the arena: 192 bytes, aligned to 16.
+   run (cuvil-mcu gen --preserve-input keeps them). At run time the model
+   needs the arena (192 bytes, aligned to 16) and at most 512 bytes
+   of stack: VWW_RAM_SIZE in all.
 
    Inputs:
      0: "a" float32 [2, 7]  (14 elements, 56 bytes)
