@@ -127,7 +127,7 @@ def op_zoo(seed: int = 0) -> onnx.ModelProto:
 
 def base_models(full: bool = False) -> dict[str, bytes]:
     """name -> serialized model. The suite uses the small ones; full adds
-    the larger shared models and the example MobileNetV2."""
+    the larger shared models and the example MobileNetV2 and ShuffleNet."""
     sys.path.insert(0, str(ROOT / "tests"))
     import models
     out: dict[str, bytes] = {}
@@ -138,9 +138,11 @@ def base_models(full: bool = False) -> dict[str, bytes]:
             p = SHARED / name / f"model_{kind}.onnx"
             if p.exists():
                 out[f"{name}_{kind}"] = p.read_bytes()
-    out["kws_float"] = (ROOT / "examples" / "kws_float.onnx").read_bytes()
-    if full:
-        out["mobilenet_v2_int8"] = (ROOT / "examples" / "mobilenet_v2_035_96_int8.onnx").read_bytes()
+    ex = ROOT / "examples"
+    for name in ["kws_float", "unet_float", "unet_int8"] + (["mobilenet_v2_035_96_int8", "shufflenet_g4_int8"]
+                                                             if full else []):
+        if (ex / f"{name}.onnx").exists():
+            out[name] = (ex / f"{name}.onnx").read_bytes()
     for name, build in models.ALL.items():
         out[name] = build().SerializeToString()
     out["zoo"] = op_zoo().SerializeToString()
@@ -820,13 +822,19 @@ class Fuzzer:
         if len(theirs) != len(got):
             o.kind, o.detail = "ort", f"onnxruntime gives {len(theirs)} outputs, we give {len(got)}"
             return
-        if o.case.requant != "float" and any(y.dtype.kind in "iu" for y in got):
-            o.detail += "; integer outputs in fixed-point requantization (not onnxruntime's arithmetic)"
+        if _quantized(g) and o.case.requant != "float":
+            o.detail += "; a quantized model in fixed-point requantization (not onnxruntime's arithmetic)"
             return
         bound = self.ort_bound(o.case.base)
         for name, y, t in zip(g.outputs, got, theirs):
-            bad = _compare(y, np.asarray(t).reshape(y.shape) if np.asarray(t).size == y.size else np.asarray(t),
-                           1e-3, int_tol=bound, loose=self.loose)
+            t = np.asarray(t).reshape(y.shape) if np.asarray(t).size == y.size else np.asarray(t)
+            lsb = _lsb(g, name)
+            if lsb is None:
+                bad = _compare(y, t, 1e-3, loose=self.loose)
+            elif y.dtype.kind in "iu":
+                bad = _compare(y, t, 0, int_tol=bound, loose=self.loose)
+            else:
+                bad = _compare(y, t, 0, abs_tol=(bound + 0.01) * lsb, loose=self.loose)
             if bad:
                 o.kind, o.detail = "ort", f"C vs onnxruntime, output '{name[:40]}': {bad}"
                 return
@@ -834,12 +842,28 @@ class Fuzzer:
         o.detail += " and onnxruntime"
 
     def ort_bound(self, base: str) -> int:
-        """Integer outputs (float requantization): the unmutated base model's
-        own largest distance from onnxruntime (onnxruntime runs some ops,
-        e.g. Softmax, in float between dequantize and quantize), plus one step."""
+        """Outputs of quantized models (float requantization), in output
+        steps: the unmutated base model's own largest distance from
+        onnxruntime (which runs some ops, e.g. Softmax, in float between
+        dequantize and quantize), plus one step."""
         if base not in self.ort_bounds:
             self.ort_bounds[base] = 1 + _base_distance(self.bases[base], self.work, self.seed)
         return self.ort_bounds[base]
+
+
+def _quantized(g) -> bool:
+    return any(t.dtype in ("int8", "uint8") for t in g.tensors.values())
+
+
+def _lsb(g, name: str) -> float | None:
+    """One output step: 1 for an integer output, the scale of the
+    DequantizeLinear that makes a float output; None: a float computation."""
+    if g.tensors[name].dtype in ("int8", "uint8", "int32"):
+        return 1.0
+    p = g.producers().get(name)
+    if p is not None and p.op_type == "DequantizeLinear" and g.tensors[p.inputs[1]].is_const:
+        return float(np.max(g.tensors[p.inputs[1]].data))
+    return None
 
 
 def _gen_child(argv: list[str], stash: Path) -> int:
@@ -869,7 +893,7 @@ def _base_distance(data: bytes, work: Path, seed: int) -> int:
     m = onnx.ModelProto.FromString(data)
     c = compile_model(m, requant="float")
     g = c.graph
-    if not any(g.tensors[n].dtype in ("int8", "uint8") for n in g.outputs):
+    if not _quantized(g):
         return 0
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -885,8 +909,13 @@ def _base_distance(data: bytes, work: Path, seed: int) -> int:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     theirs = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    return max(int(np.abs(a.astype(np.int64) - np.asarray(b).reshape(a.shape).astype(np.int64)).max())
-               for a, b in zip(got, theirs))
+    steps = [0]
+    for name, a, b in zip(g.outputs, got, theirs):
+        lsb = _lsb(g, name)
+        if lsb:
+            steps.append(int(np.ceil(np.abs(a.astype(np.float64) - np.asarray(b, np.float64).reshape(a.shape)).max()
+                                     / lsb - 1e-6)))
+    return max(steps)
 
 
 def _run_exe(exe: Path, inputs: list[np.ndarray], out_specs, timeout: float,
@@ -913,10 +942,11 @@ def _run_exe(exe: Path, inputs: list[np.ndarray], out_specs, timeout: float,
     return outs
 
 
-def _compare(got: np.ndarray, want: np.ndarray, rel: float, int_tol: int = 0, loose: bool = False) -> str:
+def _compare(got: np.ndarray, want: np.ndarray, rel: float, int_tol: int = 0, loose: bool = False,
+             abs_tol: float = 0.0) -> str:
     """'' when equal: integers within int_tol, floats with the same NaN and
-    infinity positions and within rel * max(1, max|want|) elsewhere (loose:
-    only where both are finite)."""
+    infinity positions and within abs_tol + rel * max(1, max|want|)
+    elsewhere (loose: only where both are finite)."""
     if got.shape != want.shape:
         return f"shape {list(got.shape)} vs {list(want.shape)}"
     if got.dtype.kind in "iub" or want.dtype.kind in "iub":
@@ -941,9 +971,10 @@ def _compare(got: np.ndarray, want: np.ndarray, rel: float, int_tol: int = 0, lo
         scale = max(1.0, float(np.abs(w[fin]).max()))
         err = np.abs(np.where(fin, g - w, 0))
         err = np.where(np.isnan(err), np.inf, err)
-        if err.max() > rel * scale:
+        if err.max() > abs_tol + rel * scale:
             i = int(np.argmax(err))
-            return f"max error {err.max():.3g} > {rel * scale:.3g} at {i}: {g.reshape(-1)[i]!r} vs {w.reshape(-1)[i]!r}"
+            return (f"max error {err.max():.3g} > {abs_tol + rel * scale:.3g} at {i}: {g.reshape(-1)[i]!r} vs "
+                    f"{w.reshape(-1)[i]!r}")
     return ""
 
 
