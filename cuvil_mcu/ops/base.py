@@ -140,7 +140,7 @@ def const_float(node: Node, t: Tensor | None, what: str, default: float) -> floa
 
 
 def norm_axis(node: Node, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
+    if not -rank <= axis < rank:   # (a scalar has no axis: every caller indexes the shape with it)
         raise shape_error(node, f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
