@@ -505,6 +505,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from . import outputs
+    import warnings
+    warnings.simplefilter("ignore")   # numpy's RuntimeWarnings on a hostile model's constants are not messages
     with outputs.signals_raise():
         return _main(argv)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from . import boards, codegen, frontend, ops, passes, planner
-from .errors import CuvilError, one_line
+from . import boards, codegen, frontend, limits, ops, passes, planner
+from .errors import CuvilError, UnsupportedOpError, one_line
 from .opt import OPT_LEVELS
 from .ir import Graph
 
@@ -156,9 +156,16 @@ def _patch_lines(g: Graph) -> list[str]:
 
 
 def _check_nodes(g: Graph) -> None:
-    """Nodes created by passes get the same validation as loaded ones."""
+    """Nodes created by passes get the same validation as loaded ones (every
+    refusal reported at once)."""
+    problems = []
     for n in g.nodes:
-        ops.get(n.op_type).check(n, [g.tensors[i] if i else None for i in n.inputs])
+        try:
+            ops.get(n.op_type).check(n, [g.tensors[i] if i else None for i in n.inputs])
+        except UnsupportedOpError as e:
+            problems += e.problems
+    if problems:
+        raise UnsupportedOpError(problems)
 
 
 INTEGER_DTYPES = ("int8", "uint8")
@@ -327,6 +334,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
                        target=target, room=room, weights=weights, opt_level=opt_level, fp16_nodes=fp16)
+    limits.check_totals(plan.arena_size, r.stack_bound, r.weights_bytes if r.blob is None else len(r.blob))
     # real boards' firmware projects: samples.c holds one sample of every input in flash
     # (QEMU boards' projects load it straight into RAM, as sim does)
     samples = (sum(g.tensors[n].nbytes for n in g.inputs)

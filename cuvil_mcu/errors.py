@@ -24,11 +24,13 @@ class ModelLoadError(CuvilError):
 class UnsupportedOpError(CuvilError):
     """One or more nodes use an op (or an attribute value) we cannot compile."""
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], unchecked: int = 0):
         self.problems = problems
         n = len(problems)
         head = "unsupported op" if n == 1 else f"{n} unsupported ops"
-        super().__init__(f"{head}: " + "; ".join(problems))
+        tail = (f" ({unchecked} node(s) after them not checked: they read tensors whose shapes depend on "
+                f"these)" if unchecked else "")
+        super().__init__(f"{head}: " + "; ".join(problems) + tail)
 
 
 class ShapeError(CuvilError):

@@ -16,7 +16,7 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from .. import ops
+from .. import limits, ops
 from ..ir import C_TYPES, Graph, Tensor
 from ..isa import ORDER as ISA_ORDER
 from ..planner import ALIGN, Plan
@@ -281,11 +281,11 @@ class Emitter:
 
 
 def act_bounds(node) -> tuple[str, str]:
-    """C literals for the fused clamp of node (float domain)."""
-    if node.act is None:
-        return "-FLT_MAX", "FLT_MAX"
-    lo, hi = node.act
-    return c_float(lo, clamp_inf=True), c_float(hi, clamp_inf=True)
+    """C literals for the fused clamp of node (float domain). Open ends are
+    +-INFINITY, not +-FLT_MAX: an infinite result passes through unclamped,
+    as in onnxruntime (and NaN fails both comparisons, so it passes too)."""
+    lo, hi = node.act if node.act is not None else (-np.inf, np.inf)
+    return c_float(lo), c_float(hi)
 
 
 def io_info(g: Graph, plan: Plan, names: list[str]) -> list[dict]:
@@ -293,7 +293,8 @@ def io_info(g: Graph, plan: Plan, names: list[str]) -> list[dict]:
     for i, name in enumerate(names):
         t = g.tensors[name]
         out.append({
-            "index": i, "name": name, "shape": list(t.shape), "rank": len(t.shape),
+            "index": i, "name": name, "macro_name": limits.name_in_macro(name),
+            "shape": list(t.shape), "rank": len(t.shape),
             "size": t.size, "bytes": t.nbytes, "dtype": t.dtype, "ctype": t.ctype,
             "offset": plan.tensor_offset[name],
             "quant": t.quant,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Op, apply_act, register, require_float, shape_error, unsupported
+from .base import Op, apply_act, invalid, register, require_float, shape_error, unsupported
 
 PARAMS = ("scale", "B", "mean", "var")
 
@@ -33,6 +33,9 @@ class BatchNormalization(Op):
     fuses_act = True
 
     def check(self, node, ins):
+        eps = float(node.attr("epsilon", 1e-5))
+        if not eps >= 0 or eps == float("inf"):
+            raise invalid(node, f"epsilon={eps} (it must be a finite number >= 0)")
         if int(node.attr("training_mode", 0)) != 0:
             raise unsupported(node, "training_mode=1 (only inference BatchNormalization is supported)")
         if _outputs_beyond_y(node):

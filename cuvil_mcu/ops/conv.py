@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import limits
 from .base import Op, apply_act, register, require_float, shape_error, unsupported
 from .gemm import emit_matmul
 
@@ -109,6 +110,9 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
     pads = _ints(node, "pads", [0] * 2 * sp, 2 * sp)
     if min(strides) < 1 or min(dil) < 1:
         raise shape_error(node, f"strides {strides} and dilations {dil} must be >= 1")
+    for what, vals in (("strides", strides), ("dilations", dil), ("pads", pads)):
+        for v in vals:
+            limits.check_extent(v, f"node '{node.name}' ({node.op_type}): {what} value")
     if min(pads) < 0:
         raise unsupported(node, f"negative pads {pads}")
     if min(ks) < 1:
@@ -146,6 +150,15 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
                         tuple(begin), tuple(end), tuple(out))
 
 
+def check_conv_limits(node, geo: ConvGeometry, dtype: str) -> None:
+    """Output size and border tables within limits.py, before anything loops
+    over output positions (also for the integer convolutions)."""
+    limits.check_shape(geo.out_shape, np.dtype(dtype).itemsize, f"node '{node.name}' ({node.op_type}): output")
+    limits.check_table_rows(geo.n, f"node '{node.name}' ({node.op_type}): the batch")
+    for ax, rows in zip("HW", border_rows(geo)):
+        limits.check_table_rows(rows, f"node '{node.name}' ({node.op_type}): the border of axis {ax}")
+
+
 def conv_nchw(x: np.ndarray, w: np.ndarray, geo: ConvGeometry, dtype=np.float64) -> np.ndarray:
     """Straightforward convolution in `dtype` (float64, or int64 for the exact
     integer reference): zero-pad the input, then for each kernel tap add the
@@ -175,6 +188,24 @@ def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Conv
     return y.reshape(geo.out_shape)
 
 
+def _interior(n_in: int, n_out: int, k: int, s: int, d: int, p: int) -> tuple[int, int]:
+    """[a, b): the output positions whose whole kernel window lies inside the
+    input (o*s - p >= 0 and o*s - p + (k-1)*d < n_in); (n_out, n_out) if none."""
+    a = max(0, -(-p // s))
+    b = min(n_out, (n_in - 1 - (k - 1) * d + p) // s + 1)
+    return (a, b) if a < b else (n_out, n_out)
+
+
+def border_rows(geo: ConvGeometry) -> list[int]:
+    """Rows of the border tables per axis (H, W): positions outside the interior."""
+    rows = []
+    for ax in range(2):
+        a, b = _interior(geo.hw[ax], geo.out_hw[ax], geo.k[ax], geo.strides[ax], geo.dilations[ax],
+                         geo.pad_begin[ax])
+        rows.append(a + geo.out_hw[ax] - b)
+    return rows
+
+
 def out_channels(node, m: int) -> np.ndarray | None:
     """The node's `_ochan` (set by passes/fold_shuffle.py): the channel
     position at which output channel m of the convolution is stored, a
@@ -201,11 +232,12 @@ def _border_tables(n_in: int, n_out: int, k: int, s: int, d: int, p: int):
     input, and a table (3 ints per border position, positions [0, a) then
     [b, n_out)): first valid tap, end tap, input index of the first valid tap."""
     def taps(o):
-        valid = [t for t in range(k) if 0 <= o * s - p + t * d < n_in]
-        return (valid[0], valid[-1] + 1, o * s - p + valid[0] * d) if valid else (0, 0, 0)
+        start = o * s - p
+        lo = max(0, -(start // d))                 # first tap at or after input index 0
+        hi = min(k - 1, (n_in - 1 - start) // d)   # last tap before n_in
+        return (lo, hi + 1, start + lo * d) if lo <= hi else (0, 0, 0)
 
-    full = [o for o in range(n_out) if o * s - p >= 0 and o * s - p + (k - 1) * d < n_in]
-    a, b = (full[0], full[-1] + 1) if full else (n_out, n_out)
+    a, b = _interior(n_in, n_out, k, s, d, p)
     table = [v for o in list(range(a)) + list(range(b, n_out)) for v in taps(o)]
     return a, b, table
 
@@ -238,7 +270,12 @@ class Conv(Op):
         b = ins[2] if len(ins) > 2 else None
         if b is not None and tuple(b.shape) != (geo.m,):
             raise shape_error(node, f"bias {list(b.shape)} must be [{geo.m}]")
+        check_conv_limits(node, geo, ins[0].dtype)
         return [(geo.out_shape, ins[0].dtype)]
+
+    def fold_cost(self, node, ins, outs):
+        geo = conv_geometry(node, ins[0].shape, ins[1].shape)   # the reference loops over groups and taps
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def reference(self, node, ins, x, w, b=None):
         geo = conv_geometry(node, np.shape(x), np.shape(w))

@@ -54,9 +54,9 @@ from math import gcd
 
 import numpy as np
 
-from .. import isa
+from .. import isa, limits
 from .base import Op, apply_act, register, require_float, shape_error, unsupported
-from .conv import AUTO_PADS, ConvGeometry, _border_tables
+from .conv import AUTO_PADS, ConvGeometry, _border_tables, border_rows
 from .qconv import QCONV_FIELDS, _QConv, _bias, _from_nchw, _to_nchw, channels_last, conv_plan
 from .qgemm import (CODES, CTYPES, INT8_TYPES, check_index, make_requant, scalar_qparams, weight_qparams)
 
@@ -128,6 +128,10 @@ def convt_geometry(node, x_shape, w_shape) -> TGeometry:
     opad = _ints(node, "output_padding", [0] * sp, sp)
     if min(strides) < 1 or min(dil) < 1:
         raise shape_error(node, f"strides {strides} and dilations {dil} must be >= 1")
+    for what, vals in (("strides", strides), ("dilations", dil), ("pads", pads), ("output_padding", opad),
+                       ("output_shape", node.attr("output_shape") or [])):
+        for v in vals:
+            limits.check_extent(int(v), f"node '{node.name}' ({node.op_type}): {what} value")
     if min(pads) < 0:
         raise unsupported(node, f"negative pads {pads}")
     if min(opad) < 0:
@@ -190,8 +194,24 @@ def convt_nchw(x: np.ndarray, w: np.ndarray, geo: TGeometry, dtype=np.float64) -
 
 
 def _landing(n_in: int, n_out: int, k: int, s: int, d: int, p: int) -> int:
-    """(input index, tap) pairs of one axis that land inside the output."""
-    return sum(1 for t in range(k) for i in range(n_in) if 0 <= i * s - p + t * d < n_out)
+    """(input index, tap) pairs of one axis that land inside the output:
+    per tap t, the inputs i with 0 <= i*s - p + t*d < n_out (a range of i)."""
+    t = np.arange(k, dtype=np.int64)
+    lo = np.maximum(0, -((t * d - p) // s))                      # ceil((p - t*d) / s), at least 0
+    hi = np.minimum(n_in - 1, (n_out - 1 + p - t * d) // s)
+    return int(np.maximum(0, hi - lo + 1).sum())
+
+
+def check_convt_limits(node, geo: TGeometry, dtype: str) -> None:
+    """Output size, phase count and each phase's border tables within
+    limits.py, before the emitters loop over them (also for the integer form)."""
+    limits.check_shape(geo.out_shape, np.dtype(dtype).itemsize, f"node '{node.name}' ({node.op_type}): output")
+    limits.check_table_rows(geo.n, f"node '{node.name}' ({node.op_type}): the batch")
+    limits.check_table_rows(geo.strides[0] * geo.strides[1], f"node '{node.name}' ({node.op_type}): the stride "
+                                                              f"phases {list(geo.strides)}")
+    for ph in phases(geo):
+        for ax, rows in zip("HW", border_rows(ph.geo)):
+            limits.check_table_rows(rows, f"node '{node.name}' ({node.op_type}): the border of axis {ax}")
 
 
 def convt_macs(geo: TGeometry) -> int:
@@ -302,6 +322,7 @@ class ConvTranspose(Op):
         b = ins[2] if len(ins) > 2 else None
         if b is not None and tuple(b.shape) != (geo.m,):
             raise shape_error(node, f"bias {list(b.shape)} must be [{geo.m}]")
+        check_convt_limits(node, geo, ins[0].dtype)
         return [(geo.out_shape, ins[0].dtype)]
 
     def reference(self, node, ins, x, w, b=None):
@@ -313,6 +334,10 @@ class ConvTranspose(Op):
 
     def macs(self, node, ins, outs):
         return convt_macs(convt_geometry(node, ins[0].shape, ins[1].shape))
+
+    def fold_cost(self, node, ins, outs):
+        geo = convt_geometry(node, ins[0].shape, ins[1].shape)   # the reference loops over groups and taps
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def emit(self, node, ins, outs, k):
         from ..codegen import act_bounds
@@ -416,6 +441,7 @@ class QConvTranspose(Op):
     def infer(self, node, ins):
         p = self.params(node, ins)
         out = p.geo.out_shape
+        check_convt_limits(node, p.geo, p.rq.dtype)
         return [(_from_nchw(out) if p.cl else out, p.rq.dtype)]
 
     def reference(self, node, ins, *arrays):
@@ -435,6 +461,10 @@ class QConvTranspose(Op):
 
     def macs(self, node, ins, outs):
         return convt_macs(self.params(node, ins).geo)
+
+    def fold_cost(self, node, ins, outs):
+        geo = self.params(node, ins).geo   # the reference loops over groups and taps
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def emit(self, node, ins, outs, k):
         p = self.params(node, ins)

@@ -37,7 +37,8 @@ from .. import isa
 from ..ir import Node
 from ..planner import tiling, windows
 from .base import Op, register, shape_error, unsupported
-from .conv import ConvGeometry, _border_tables, conv_geometry, conv_nchw, out_channels, place_channels
+from .conv import (ConvGeometry, _border_tables, check_conv_limits, conv_geometry, conv_nchw, out_channels,
+                   place_channels)
 from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
                     make_requant, offset_range, offset_weights, scalar_qparams, weight_qparams, zero_points)
 
@@ -166,7 +167,12 @@ class _QConvBase(Op):
     def infer(self, node, ins):
         geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
         out = geo.out_shape
+        check_conv_limits(node, geo, self._out_dtype(node, ins))
         return [(_from_nchw(out) if channels_last(node) else out, self._out_dtype(node, ins))]
+
+    def fold_cost(self, node, ins, outs):
+        geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)   # the reference loops over taps
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def reference(self, node, ins, *arrays):
         p = self._params(node, ins)

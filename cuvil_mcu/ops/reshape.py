@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import limits
 from .base import Op, const_ints, norm_axis, register, shape_error, unsupported
 
 
@@ -49,11 +50,11 @@ class Reshape(View):
         if out.count(-1) > 1:
             raise shape_error(node, f"shape {target} has more than one -1")
         if -1 in out:
-            known = int(np.prod([d for d in out if d != -1]))
+            known = limits.elements(d for d in out if d != -1)
             if known == 0 or x.size % known:
                 raise shape_error(node, f"cannot reshape {list(x.shape)} to {target}")
             out[out.index(-1)] = x.size // known
-        if int(np.prod(out)) != x.size:
+        if any(d < 0 for d in out) or limits.elements(out) != x.size:
             raise shape_error(node, f"cannot reshape {list(x.shape)} ({x.size} elements) to {out}")
         return [(tuple(out), x.dtype)]
 
@@ -67,7 +68,7 @@ class Flatten(View):
         axis = axis + r if axis < 0 else axis
         if not 0 <= axis <= r:
             raise shape_error(node, f"axis {node.attr('axis')} out of range for rank {r}")
-        outer = int(np.prod(x.shape[:axis])) if axis else 1
+        outer = limits.elements(x.shape[:axis])
         return [((outer, x.size // outer if outer else 0), x.dtype)]
 
 

@@ -74,7 +74,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .. import isa, quant
+from .. import isa, limits, quant
 from .base import Op, register, shape_error, unsupported
 from .qelementwise import CODES, CTYPES, F32, INT8_TYPES, requant_mode, unary_qparams
 
@@ -176,7 +176,10 @@ def resolve_inputs(node, ins) -> Spec:
             if not s > 0 or not math.isfinite(float(s)):
                 raise shape_error(node, f"scale {float(s)} on axis {a} must be finite and > 0")
             sc[a] = s
-            out[a] = int(F32(s * F32(ins_[a])))
+            v = F32(s * F32(ins_[a]))
+            if not math.isfinite(float(v)):
+                raise shape_error(node, f"scale {float(s)} on axis {a} makes the output size overflow float32")
+            out[a] = int(v)
     else:
         for a, o in zip(axes, sizes):
             if o < 1 or ins_[a] < 1:
@@ -198,6 +201,9 @@ def resolve_inputs(node, ins) -> Spec:
     if mode == "nearest" and int(node.attr("antialias", 0) or 0):
         raise unsupported(node, "antialias=1 with mode='nearest' (ONNX allows it for linear and cubic only)")
     resized = [a for a in range(rank) if sc[a] != 1 or out[a] != ins_[a]]
+    limits.check_shape(out, x.itemsize, f"node '{node.name}' ({node.op_type}): output")
+    for a in resized:   # one table row per output position along a resized axis
+        limits.check_table_rows(out[a], f"node '{node.name}' ({node.op_type}): axis {a}")
     if len(resized) > 2:
         raise unsupported(node, f"{len(resized)} resized axes {resized} (scales {[float(s) for s in sc]}); "
                                 f"at most 2 (images) are supported")

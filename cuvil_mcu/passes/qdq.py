@@ -105,9 +105,10 @@ def _output_q(n: Node, ctx: _Ctx, allow_act: bool):
     return act, users, absorbed
 
 
-def _in_dq(name: str, ctx: _Ctx, per_tensor: bool = True):
+def _in_dq(name: str, ctx: _Ctx, per_tensor: bool = True, channel_axis: int | None = None):
     """The DQ node feeding a float input, if it dequantizes int8/uint8 with
-    constant params (per-tensor when asked)."""
+    constant params (per-tensor when asked; per-axis only along
+    `channel_axis`, the axis the integer kernel scales by)."""
     d = ctx.dq(name)
     if d is None:
         return None
@@ -118,6 +119,10 @@ def _in_dq(name: str, ctx: _Ctx, per_tensor: bool = True):
         return None
     if per_tensor and ctx.const(d.input(1)).size != 1:
         return None
+    if ctx.const(d.input(1)).size != 1 and channel_axis is not None:
+        axis = int(d.attr("axis", 1))
+        if (axis + len(src.shape) if axis < 0 else axis) != channel_axis:
+            return None    # per-axis along another axis (e.g. input channels): stays float
     return d
 
 
@@ -221,7 +226,7 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     out = q.outputs[0]
 
     if t == "Conv":
-        x, w = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False)
+        x, w = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False, channel_axis=0)
         if x is None or w is None or ctx.const(w.inputs[0]) is None:
             return False
         m = g.tensors[w.inputs[0]].shape[0]
@@ -238,7 +243,9 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         return True
 
     if t in ("MatMul", "Gemm"):
-        a, bq = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False)
+        # per-axis B only along its output columns (a 2-D B; QLinearMatMul takes per-tensor only)
+        cols = 0 if t == "Gemm" and int(n.attr("transB", 0)) else 1
+        a, bq = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False, channel_axis=cols)
         if a is None or bq is None:
             return False
         bconst = ctx.const(bq.inputs[0]) is not None

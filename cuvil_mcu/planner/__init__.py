@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .. import ops
+from .. import limits, ops
 from ..errors import CuvilError
 from ..ir import Graph
 from .algorithms import ALGORITHMS, lower_bound, overlaps
@@ -150,6 +150,13 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
             root[name] = name
             live(name, -1)
 
+    # per buffer (root): its tensors, the last step any of them is read, and
+    # whether one is a graph output: kept as tensors join, so the in-place
+    # checks cost the buffer's size, not the graph's (a chain of n in-place
+    # nodes was quadratic in n)
+    group: dict[str, list[str]] = {r: [t for t in root if root[t] == r] for r in set(root.values())}
+    group_read: dict[str, int] = {r: max(last_read.get(t, -1) for t in ms) for r, ms in group.items()}
+    group_out: dict[str, bool] = {r: any(t in outputs for t in ms) for r, ms in group.items()}
     scratch_of: dict[str, int] = {}
     # a streaming state output takes its state input's buffer (g.state)
     alias = {out: inp for inp, out, _ in getattr(g, "state", [])}
@@ -172,18 +179,22 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
             elif j == 0 and op.view and ins and ins[0] is not None and not ins[0].is_const:
                 r, at = root[ins[0].name], rel.get(ins[0].name, 0)
             elif j == 0 and op.can_inplace(n):
-                t = _inplace_input(g, n, i, root, last_read, outputs)
+                t = _inplace_input(g, n, i, root, group_read, group_out)
                 if t is not None:
                     r, at = root[t], rel.get(t, 0)
             if r is None and j == 0 and orders and n.name in orders:
-                found = _window_alias(g, n, i, orders[n.name], root, rel, life, outputs, preserve_inputs, tight)
+                found = _window_alias(g, n, i, orders[n.name], root, group, rel, life, outputs, preserve_inputs,
+                                      tight)
                 if found is not None:
                     t, delta, variant, what, params = found
                     r, at = root[t], rel.get(t, 0) + delta
                     if aliases is not None:
                         aliases.append({"node": n.name, "input": t, "output": o, "delta": delta,
                                         "variant": variant, "order": what, "model": params})
-            root[o] = r if r is not None else o
+            root[o] = r = r if r is not None else o
+            group.setdefault(r, []).append(o)
+            group_read[r] = max(group_read.get(r, -1), last_read.get(o, -1))
+            group_out[r] = group_out.get(r, False) or o in outputs
             rel[o] = at
             live(root[o], i)
     for name in g.outputs:
@@ -215,7 +226,7 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
     return bufs, root, scratch_of
 
 
-def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs, tight=False):
+def _window_alias(g, n, i, orders, root, groups, rel, life, outputs, preserve_inputs, tight=False):
     """(input, delta, variant) when output 0 of node n (step i) can be
     written over one of its inputs: the input dies here, no other tensor of
     its buffer that is still needed shares the bytes the output would take,
@@ -231,8 +242,10 @@ def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs, ti
         src = g.tensors[t]
         if src.is_const or t not in root or n.inputs.count(t) != 1 or not out.nbytes or not src.nbytes:
             continue
+        if max(out.nbytes, src.nbytes) > limits.MAX_WINDOW_BYTES:
+            continue       # the orders hold 8 B per byte and the search grows with the square of the size
         r = root[t]
-        group = [m for m, rr in root.items() if rr == r]
+        group = groups[r]
         same = [m for m in group if rel.get(m, 0) == rel.get(t, 0) and g.tensors[m].nbytes == src.nbytes]
         if any(life[m][1] > i or m in outputs for m in same):
             continue       # t (or a view of it) is read later or must survive the run
@@ -278,10 +291,11 @@ def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
     return {t: (a, b) for t, (a, b) in life.items()}
 
 
-def _inplace_input(g, n, i, root, last_read, outputs) -> str | None:
+def _inplace_input(g, n, i, root, group_read, group_out) -> str | None:
     """The input whose bytes output 0 of node n may reuse: same size and
-    dtype, its buffer read by nobody after step i, not a graph input (the
-    caller may reuse its input) nor a graph output."""
+    dtype, its buffer read by nobody after step i (group_read: the last read
+    of any tensor of a buffer), not a graph input (the caller may reuse its
+    input) nor a graph output (group_out)."""
     out = g.tensors[n.outputs[0]]
     for t in n.inputs:
         if not t or t not in root:
@@ -290,10 +304,9 @@ def _inplace_input(g, n, i, root, last_read, outputs) -> str | None:
         if src.nbytes != out.nbytes or src.dtype != out.dtype:
             continue
         r = root[t]
-        group = [m for m, rr in root.items() if rr == r]
-        if r in g.inputs or any(m in outputs for m in group):
+        if r in g.inputs or group_out[r]:
             continue
-        if all(last_read.get(m, -1) <= i for m in group) and n.inputs.count(t) == 1:
+        if group_read[r] <= i and n.inputs.count(t) == 1:
             return t
     return None
 

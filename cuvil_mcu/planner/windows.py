@@ -72,6 +72,11 @@ class Order:
 
 _BEST: dict = {}       # best_delta's answers by the order's content (plans are made several times per compile)
 
+# The search compares at most this many output bytes in all (a big host
+# tensor would otherwise take time quadratic in its size); every model a
+# microcontroller runs stays far below it (mobilenet_v2 0.35 int8: 0.8e9 at most).
+SEARCH_BUDGET = 2 ** 30
+
 
 def best_delta(order: Order, align: int, at: int = 0, extent: tuple[int, int] | None = None,
                blocked: list[tuple[int, int]] = (), tries: int = 64) -> int | None:
@@ -111,19 +116,25 @@ def _best_delta(order: Order, align: int, at: int = 0, extent: tuple[int, int] |
     ds = ds[ok]
     sp = np.maximum(g_hi, at + ds + n_out) - np.minimum(g_lo, at + ds)
     cands = [int(d) for d in ds[np.lexsort((ds, -np.abs(ds), sp))]]
+    budget = [SEARCH_BUDGET]     # output bytes compared, all safe() calls together
+
+    def safe(d):
+        budget[0] -= n_out
+        return order.safe(d)
+
     for d in cands[:tries]:
-        if order.safe(d):
+        if safe(d):
             return d
     best = None
     d = (order.sufficient_delta() // align) * align
-    while d > -lo and not (free(d) and order.safe(d)):
+    while d > -lo and budget[0] > 0 and not (free(d) and safe(d)):
         d -= align
-    if d > -lo:
+    if d > -lo and budget[0] > 0:
         best = d
     for d in cands[tries:]:          # the rest, in order, until one beats the sufficient one
-        if best is not None and span(d) >= span(best):
+        if (best is not None and span(d) >= span(best)) or budget[0] <= 0:
             break
-        if order.safe(d):
+        if safe(d):
             return d
     return best
 

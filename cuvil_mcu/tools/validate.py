@@ -245,7 +245,8 @@ class Result:
 def _ort_session(model, extra_outputs: bool = False):
     import onnx
     import onnxruntime as ort
-    m = onnx.load(str(model)) if not isinstance(model, onnx.ModelProto) else model
+    from ..frontend.onnx_file import read_model   # external data only from inside the model's folder
+    m = read_model(str(model)) if not isinstance(model, onnx.ModelProto) else model
     names = []
     if extra_outputs:
         try:

@@ -265,11 +265,11 @@ MODEL_DEF int model_run(void *arena)
     if (a == NULL) return MODEL_ERR_NULL;
     if (((uintptr_t)a & (MODEL_ARENA_ALIGN - 1u)) != 0u) return MODEL_ERR_ALIGN;
     /* 0: Add 'add_bias' + Relu 'relu' -> [1, 3, 4, 5] */
-    model__binary_f32_add((float *)(a + 240u), (float *)(a + 0u), model__w3_b, model__w0_bcast_shape, model__w1_bcast_stride, model__w2_bcast_stride, 0.0f, FLT_MAX);
+    model__binary_f32_add((float *)(a + 240u), (float *)(a + 0u), model__w3_b, model__w0_bcast_shape, model__w1_bcast_stride, model__w2_bcast_stride, 0.0f, INFINITY);
     /* 1: Reshape 'flatten' -> [1, 60] */
     /* view: no code */
     /* 2: BatchNormalization 'scale_1' + Mul 'scale', Sub 'shift' -> [1, 60] */
-    model__batchnorm_f32((float *)(a + 240u), (float *)(a + 240u), model__w4_scale_1_s, model__w5_scale_1_t, 1, 60, 1, -FLT_MAX, FLT_MAX);
+    model__batchnorm_f32((float *)(a + 240u), (float *)(a + 240u), model__w4_scale_1_s, model__w5_scale_1_t, 1, 60, 1, -INFINITY, INFINITY);
     /* 3: Sigmoid 'sigmoid' -> [1, 60] */
     model__unary_f32_sigmoid((float *)(a + 240u), (float *)(a + 240u), 60, 0.0f, 0.0f);
     return MODEL_OK;
