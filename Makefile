@@ -1,6 +1,8 @@
 # cuvil-mcu: `make demo` and `make test` set up everything they need on a
 # fresh Debian 12 machine (as root: apt toolchains + the Python package), then
-# run. Setup is idempotent: it installs only what is missing.
+# run. Setup is idempotent: it installs only what is missing (apt packages not
+# installed; the package when pyproject.toml changed or it is not installed from
+# this checkout), and shows pip's errors when it fails.
 
 PYTHON ?= python3
 APT_PKGS := gcc g++ clang libclang-rt-14-dev make gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
@@ -8,6 +10,9 @@ APT_PKGS := gcc g++ clang libclang-rt-14-dev make gcc-arm-none-eabi libnewlib-ar
             lld wasi-libc libclang-rt-14-dev-wasm32 nodejs chromium file
 DEMO_MODEL := examples/kws_float.onnx
 DEMO_OUT := build/demo
+# pip runs again only when pyproject.toml, the Python or this checkout's place changed,
+# or when `import cuvil_mcu` (from another folder) does not find this checkout
+SETUP_STAMP := build/.setup-pip
 
 .PHONY: setup demo test clean
 
@@ -18,8 +23,18 @@ setup:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip python3-venv; }
-	@$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]' 2>/dev/null || \
-	  $(PYTHON) -m pip install -q --disable-pip-version-check --break-system-packages -e '.[test]'
+	@key="$$(sha256sum pyproject.toml | cut -c1-16) $$($(PYTHON) -c 'import sys; print(sys.executable)') $(CURDIR)"; \
+	where="$$(cd / && $(PYTHON) -c 'import os, cuvil_mcu; print(os.path.dirname(os.path.dirname(os.path.realpath(cuvil_mcu.__file__))))' 2>/dev/null)"; \
+	if [ "$$where" = "$(CURDIR)" ] && [ "$$(cat $(SETUP_STAMP) 2>/dev/null)" = "$$key" ]; then exit 0; fi; \
+	echo "pip: installing this checkout (editable, with the test extras)"; \
+	log="$$(mktemp)"; \
+	if ! $(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]' >"$$log" 2>&1; then \
+	  if grep -q externally-managed-environment "$$log"; then \
+	    $(PYTHON) -m pip install -q --disable-pip-version-check --break-system-packages -e '.[test]' \
+	      || { rm -f "$$log"; exit 1; }; \
+	  else cat "$$log"; rm -f "$$log"; exit 1; fi; \
+	fi; \
+	rm -f "$$log"; mkdir -p $(dir $(SETUP_STAMP)) && echo "$$key" > $(SETUP_STAMP)
 
 demo: setup
 	cuvil-mcu boards

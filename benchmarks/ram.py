@@ -1,10 +1,13 @@
 """RAM per shared int8 model (and the MobileNetV2-0.35 96x96 QDQ example) on
 QEMU boards: arena + the stack the model itself uses, as `sim` measures it,
 next to the header's bound, the planner's lower bounds, TFLM's arena, the
-issue #12 goals and the instructions/MAC before and after.
+issue #12 goals, the instructions/MAC before and after, and what
+patch-based execution did (tiled regions, the arena without them, the MACs
+it added).
 
     python benchmarks/ram.py                                  # an386 and an547
     python benchmarks/ram.py --boards qemu-mps2-an386 --models kws_dscnn --markdown
+    python benchmarks/ram.py --no-patch                       # whole layers (gen --no-patch)
 
 Method: the firmware `cuvil-mcu sim` builds (arm-none-eabi-gcc -O2), QEMU
 -icount shift=0; stack = the painted stack's high-water mark minus the same
@@ -73,18 +76,28 @@ def inputs(name: str, c):
     return x.reshape((x.shape[0],) + t.shape)
 
 
-def measure(name: str, board: str, base: int) -> dict:
+def measure(name: str, board: str, base: int, patch: bool = True) -> dict:
     if name == MOBILENET:
-        c = compile_model(str(MOBILENET_PATH), board=board, io="int8")
+        c = compile_model(str(MOBILENET_PATH), board=board, io="int8", patch=patch)
     else:
-        c = compile_model(str(sm.model_path(name)), board=board)
+        c = compile_model(str(sm.model_path(name)), board=board, patch=patch)
     x = inputs(name, c)
     r = qemu.simulate(c, x, board)
     cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, x), c.graph.outputs)
     p = c.plan
     return {"arena": p.arena_size, "bound": p.lower_bound, "no_alias": p.no_alias_bound or p.lower_bound,
             "stack": r.stack - base, "stack_bound": c.stack_bound, "per_mac": r.instructions / c.macs,
-            "exact": cmp.ok, "aliases": len(p.aliases), "scratch": max(p.scratch_size.values(), default=0)}
+            "exact": cmp.ok, "aliases": len(p.aliases), "scratch": max(p.scratch_size.values(), default=0),
+            "patches": getattr(c.graph, "patches", None)}
+
+
+def patch_text(m: dict) -> str:
+    """What patch-based execution did: regions, the arena without them, extra MACs."""
+    t = m["patches"]
+    if not t or not t["regions"]:
+        return "-"
+    return (f"{len(t['regions'])} region(s), untiled {t['arena_before']:,}, {t['extra_macs']:+,} MACs "
+            f"({t['extra_macs'] / max(t['macs'], 1):+.1%})")
 
 
 def main(argv=None) -> int:
@@ -92,6 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--boards", default=",".join(DEFAULT_BOARDS))
     ap.add_argument("--models", default=",".join(NAMES))
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--no-patch", dest="patch", action="store_false", help="whole layers (gen --no-patch)")
     args = ap.parse_args(argv)
     tflm = tflm_table()
     rows, bad = [], 0
@@ -99,7 +113,7 @@ def main(argv=None) -> int:
         base = harness_stack(board)
         print(f"{board}: the harness alone uses {base} B of stack", flush=True)
         for name in [n for n in args.models.split(",") if n]:
-            m = measure(name, board, base)
+            m = measure(name, board, base, args.patch)
             bad += not m["exact"]
             b = BEFORE.get((name, board))
             before = f"{b[0] + b[1] - base:,} ({b[0]:,} + {b[1] - base:,}), {b[2]:.3f} i/MAC" if b else "-"
@@ -108,13 +122,13 @@ def main(argv=None) -> int:
             print(f"  {name:22s} RAM {ram:>7,} = arena {m['arena']:>7,} + stack {m['stack']:>4} (bound "
                   f"{m['stack_bound']}); lower bound {m['bound']:,} ({m['no_alias']:,} without in-place); "
                   f"{m['per_mac']:.3f} i/MAC; goal {goal:,} {'ok' if goal and ram <= goal else 'MISSED'}; "
-                  f"before {before}{'' if m['exact'] else '  MISMATCH'}", flush=True)
+                  f"before {before}; patches: {patch_text(m)}{'' if m['exact'] else '  MISMATCH'}", flush=True)
             rows.append((name, board, m, b, base))
     if args.markdown:
         print()
         print("| model | board | RAM now (B) = arena + stack | lower bound (without in-place) | stack bound | "
-              "RAM before (arena + stack) | TFLM arena | goal | instr/MAC now | before |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "RAM before (arena + stack) | TFLM arena | goal | instr/MAC now | before | patches |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for name, board, m, b, base in rows:
             t = tflm.get(name, {}).get("arena")
             goal = GOALS.get(name)
@@ -122,7 +136,8 @@ def main(argv=None) -> int:
             before = f"{b[0] + b[1] - base:,} ({b[0]:,} + {b[1] - base:,})" if b else "-"
             print(f"| {name} | {board} | {ram:,} = {m['arena']:,} + {m['stack']} | {m['bound']:,} ({m['no_alias']:,}) "
                   f"| {m['stack_bound']} | {before} | {f'{t:,}' if t else '-'} | {goal:,}"
-                  f"{'' if ram <= goal else ' (missed)'} | {m['per_mac']:.3f} | {f'{b[2]:.3f}' if b else '-'} |")
+                  f"{'' if ram <= goal else ' (missed)'} | {m['per_mac']:.3f} | {f'{b[2]:.3f}' if b else '-'} "
+                  f"| {patch_text(m)} |")
     return 1 if bad else 0
 
 

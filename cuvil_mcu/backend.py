@@ -62,6 +62,9 @@ PARAM_INPUTS: dict[str, tuple[int, ...]] = {
     "MatMulInteger": (2, 3),
     "QuantizeLinear": (1, 2),
     "DequantizeLinear": (1, 2),
+    "ConvTranspose": (1, 2),
+    "Resize": (1, 2, 3),   # roi, scales, sizes (Resize-10: scales)
+    "Upsample": (1,),
 }
 
 

@@ -120,7 +120,7 @@ def check_budget(board: Board, arena: int, constants: int, samples: int = 0) -> 
     problems, lines = [], []
     if bd.ram is not None:
         need = arena + bd.stack + bd.data + bd.ram_margin
-        parts = ", ".join(f"{k} {v:,}" for k, v in (("arena", arena), ("stack", bd.stack), ("harness data", bd.data),
+        parts = ", ".join(f"{k} {v:,}" for k, v in (("arena", arena), ("stack reserve", bd.stack), ("harness data", bd.data),
                                                     ("margin", bd.ram_margin)) if v or k == "arena")
         lines.append(f"RAM   {need:>10,} / {bd.ram:,} B ({parts})")
         if need > bd.ram:

@@ -11,7 +11,8 @@ manifest names this key and every file's hash checks; anything else (a
 corrupt, truncated or foreign entry) is ignored, removed and recomputed.
 
 Root: $CUVIL_CACHE_DIR, else $XDG_CACHE_HOME/cuvil-mcu, else ~/.cache/cuvil-mcu
-(the host binaries of `run` live in its host/ folder, sim/host.py).
+(the host binaries of `run` live in its host/ folder, sim/host.py; Jinja's
+compiled templates in templates-jinja<version>/, codegen.env).
 This module imports nothing heavy: a hit must not pay for numpy or onnx.
 """
 from __future__ import annotations
@@ -26,9 +27,17 @@ from pathlib import Path
 
 FORMAT = 1
 # argparse fields that say where output goes or how gen runs, not what it makes
-NOT_KEYED = {"output", "plan_out", "no_cache", "fn", "cmd"}
+NOT_KEYED = {"output", "plan_out", "no_cache", "force", "fn", "cmd"}
 # emit targets whose output is a binary built by an external compiler
 COMPILER_EMITS = {"so": ("CC", "cc"), "wasm": ("CUVIL_WASM_CC", "clang")}
+
+
+def templates_dir() -> Path:
+    """Where codegen keeps Jinja's compiled templates (codegen.env). Not
+    outputs, so --no-cache leaves them in use: Jinja checks each one against
+    its template's source."""
+    import jinja2
+    return root() / f"templates-jinja{jinja2.__version__}"
 
 
 def root() -> Path:

@@ -1,49 +1,33 @@
-"""cuvil-mcu command line: gen | run | boards.
+"""cuvil-mcu command line: gen | run | sim | report | validate | boards | ops.
 
-User mistakes (CuvilError) print one line on stderr and exit non-zero; no
-traceback. Files are written only once everything succeeded, through a
-temporary name and an atomic rename, so a failed run leaves nothing behind.
+User mistakes (CuvilError, argparse's own) print one line on stderr and exit
+non-zero; no traceback. Files are written only once everything succeeded,
+all or none, never over an input of the run nor (gen) over a file gen did
+not write; SIGINT/SIGTERM leave nothing half-written (outputs.py).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from . import __version__
-from .errors import CuvilError, InputError
+from .errors import CuvilError, InputError, ToolError, one_line
 
 
-def _write_atomic(files: dict[Path, str | bytes]) -> None:
-    """Write all files or none: each goes to a temp file in its folder first,
-    and the renames happen only once every file is staged."""
-    staged = []
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        for path, content in files.items():
-            if path.is_dir():
-                raise CuvilError(f"cannot write {path}: it is a directory")
-            blocker = next((d for d in path.parents if d.exists() and not d.is_dir()), None)
-            if blocker is not None:
-                raise CuvilError(f"cannot write {path}: {blocker} is a file, not a folder")
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-            except OSError as e:
-                raise CuvilError(f"cannot write {path}: {e.strerror or e} ({e.filename or path.parent})") from None
-            staged.append((tmp, path))
-            with os.fdopen(fd, "wb") as f:
-                f.write(content.encode() if isinstance(content, str) else content)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a generated file should have
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+def _write(files: dict[Path, str | bytes], args, **kw) -> list[Path]:
+    """All or nothing, never over one of this run's inputs (outputs.py)."""
+    from . import outputs
+    return outputs.write(files, inputs=_inputs(args), **kw)
+
+
+def _inputs(args) -> list[tuple[str, str]]:
+    """The files this run reads, for outputs.check_clashes."""
+    named = (("model", "the input model"), ("calibration", "the --calibration file"),
+             ("input", "the --input file"), ("data", "the --data file"), ("labels", "the --labels file"),
+             ("reference", "the --reference model"))
+    return [(what, getattr(args, k)) for k, what in named if getattr(args, k, None)]
 
 
 def _compile(args):
@@ -55,7 +39,7 @@ def _compile(args):
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
                          weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
                          precision=args.precision, stream=args.stream,
-                         preserve_inputs=args.preserve_input)
+                         preserve_inputs=args.preserve_input, patch=args.patch, ram_vs_speed=args.ram_vs_speed)
 
 
 def _opt_level(args) -> int:
@@ -71,6 +55,7 @@ def _opt_level(args) -> int:
 
 def cmd_gen(args) -> int:
     from . import cache
+    _check_early(args)
     key = None if args.no_cache else cache.gen_key(args, None)
     hit = cache.lookup(key) if key else None
     if hit is not None:  # before any heavy import: a hit costs a hash and the writes
@@ -86,19 +71,34 @@ def cmd_gen(args) -> int:
     c = _compile(args)
     out = Path(args.output)
     files: dict[Path, str | bytes] = {out / f"{c.prefix}.h": c.header}
+    labels = {out / f"{c.prefix}.h": "the header"}
+
+    def add(more: dict, what: str) -> None:
+        for path in more:  # two emitters naming one file would silently keep only the last
+            if path in files:
+                raise RuntimeError(f"{what} and {labels[path]} both write {path}")   # a bug in an emitter
+            labels[path] = what
+        files.update(more)
+
     if c.weights_blob is not None:
-        files[out / f"{c.prefix}.weights.bin"] = c.weights_blob
-    files.update(integrations.emit_all(emitters, c, out, args.name))
+        add({out / f"{c.prefix}.weights.bin": c.weights_blob}, "the weights blob")
+    for mod in emitters:
+        add(integrations.emit_all([mod], c, out, args.name), f"--emit {mod.NAME}")
     from .sim import firmware
-    files.update(firmware.project(c, out))  # Cortex-M boards: main.c, startup.c, linker.ld, Makefile, ...
-    if args.plan_out:
-        files[Path(args.plan_out)] = c.plan.to_json()
+    add(firmware.project(c, out), "the firmware project")  # Cortex-M boards: main.c, startup.c, linker.ld, ...
+    plan = Path(args.plan_out) if args.plan_out else None
+    if plan is not None:
+        text = c.plan.to_json()
         if c.calibration is not None:
             import json
-            plan = json.loads(files[Path(args.plan_out)])
-            plan["calibration"] = c.calibration
-            files[Path(args.plan_out)] = json.dumps(plan, indent=1) + "\n"
-    _write_atomic(files)
+            doc = json.loads(text)
+            doc["calibration"] = c.calibration
+            text = json.dumps(doc, indent=1) + "\n"
+        if plan in files:
+            from .outputs import OutputError
+            raise OutputError(f"--plan-out {plan} is also where gen writes {labels[plan]}: choose another file")
+        files[plan], labels[plan] = text, "--plan-out"
+    written = _write(files, args, labels=labels, root=out, force=args.force)
     summary = c.summary()
     from .sim import profile  # issue 16: latency at the board's clock, RAM as arena + stack
     for line in profile.latency_lines(c, run_sim=args.latency):
@@ -106,38 +106,52 @@ def cmd_gen(args) -> int:
     if c.calibration is not None:
         from .ptq import summary_line
         summary += "\n" + summary_line(c.calibration)
-    _print_gen(args, c.prefix, c.board.id, summary)
+    _print_gen(args, c.prefix, c.board.id, summary, written)
     if key:
-        plan = Path(args.plan_out) if args.plan_out else None
         entries = [("plan", "", v) if p == plan else ("out", p.relative_to(out).as_posix(), v)
                    for p, v in files.items()
                    if p == plan or p.is_relative_to(out)]
         if len(entries) == len(files):
-            cache.store(key, [(r, rel, v.encode() if isinstance(v, str) else v) for r, rel, v in entries],
-                        f"{c.prefix}\n{c.board.id}\n{summary}")
+            from .outputs import held_signals
+            with held_signals():  # an interrupted store leaves no temporary folder in the cache
+                cache.store(key, [(r, rel, v.encode() if isinstance(v, str) else v) for r, rel, v in entries],
+                            f"{c.prefix}\n{c.board.id}\n{summary}")
     return 0
 
 
-def _print_gen(args, prefix: str, board: str, summary: str) -> None:
-    print(f"{args.model} -> {Path(args.output) / (prefix + '.h')}  (board {board})")
+def _check_early(args) -> None:
+    """What can be refused before compiling: --plan-out onto an input or onto
+    the header."""
+    from .outputs import check_clashes   # (nothing heavy: this runs before a cache hit)
+    header = Path(args.output) / f"{args.name.lower()}.h"
+    outs = [("the header", header)] + ([("--plan-out", Path(args.plan_out))] if args.plan_out else [])
+    check_clashes(outs, _inputs(args))
+
+
+def _print_gen(args, prefix: str, board: str, summary: str, written: list[Path]) -> None:
+    from .outputs import listing
+    print(one_line(f"{args.model} -> {Path(args.output) / (prefix + '.h')}  (board {board})"))
     print(summary)
-    if args.plan_out:
-        print(f"plan     {args.plan_out}")
+    print(f"wrote    {one_line(listing(written, Path(args.output)))}")
 
 
 def _replay_gen(args, files, stored: str) -> int:
     """A cache hit (cache.py): the same files into this -o, the same summary."""
     out = Path(args.output)
-    _write_atomic({(Path(args.plan_out) if role == "plan" else out / rel): data for role, rel, data in files})
+    plan = Path(args.plan_out) if args.plan_out else None
+    data = {(plan if role == "plan" else out / rel): v for role, rel, v in files}
+    labels = {p: "--plan-out" if p == plan else "output" for p in data}
+    written = _write(data, args, labels=labels, root=out, force=args.force)
     prefix, board, summary = stored.split("\n", 2)
-    _print_gen(args, prefix, board, summary)
+    _print_gen(args, prefix, board, summary, written)
     return 0
 
 
-def load_inputs(path: str, c) -> tuple[list, bool]:
-    """Arrays of shape (samples, *input_shape) per model input, and whether
-    the file had a samples axis (outputs are written the same way)."""
+def load_inputs(path: str, c) -> tuple[list, str]:
+    """Arrays of shape (samples, *input_shape) per model input, and the layout
+    the file gave them in (samples.py; outputs are written the same way)."""
     import numpy as np  # not at module level: a cached gen never needs numpy
+    from . import samples
     g = c.graph
     try:
         data = np.load(path, allow_pickle=False)
@@ -155,35 +169,38 @@ def load_inputs(path: str, c) -> tuple[list, bool]:
         missing = [n for n in g.inputs if n not in arrays]
         if missing:
             raise InputError(f"{path}: missing input(s) {missing}; it holds {sorted(arrays)}")
-    out, stacked, counts = [], None, set()
+    out, layouts, counts = [], [], set()
     for name in g.inputs:
         t = g.tensors[name]
         x = arrays[name]
-        if tuple(x.shape) == t.shape:
-            x, st = x[None], False
-        elif x.ndim == len(t.shape) + 1 and tuple(x.shape[1:]) == t.shape:
-            st = True
-        else:
+        layout = samples.layout_of(x.shape, t.shape)
+        if layout is None:
             raise InputError(f"{path}: input '{name}' has shape {list(x.shape)}, the model expects "
-                             f"{list(t.shape)} (or [samples, {', '.join(map(str, t.shape))}])")
+                             f"{samples.expected(t.shape)}")
+        x = samples.to_samples(x, t.shape, layout)
         if x.dtype.name != t.dtype:
             if t.dtype == "float32" and x.dtype == np.float64:
                 x = x.astype(np.float32)
             else:
                 raise InputError(f"{path}: input '{name}' is {x.dtype}, the model expects {t.dtype}")
-        stacked = st if stacked is None else stacked
+        layouts.append(layout)
         counts.add(x.shape[0])
         out.append(np.ascontiguousarray(x))
     if len(counts) > 1:
         raise InputError(f"{path}: inputs hold different sample counts {sorted(counts)}")
-    return out, bool(stacked)
+    return out, samples.common(layouts)
+
+
+def _as_given(c, outs: list, layout: str) -> list:
+    from . import samples
+    return [samples.from_samples(o, c.graph.tensors[n].shape, layout) for n, o in zip(c.graph.outputs, outs)]
 
 
 def cmd_run(args) -> int:
-    import numpy as np
     from .sim import host
+    _check_output(args, args.output)
     c = _compile(args)
-    inputs, stacked = load_inputs(args.input, c)
+    inputs, layout = load_inputs(args.input, c)
     build_kw, runner = {}, None
     if c.board.sim.get("runner") == "qemu-user":
         # Cortex-A boards: the host harness cross-compiled, run under qemu-user (sim/qemu_user.py)
@@ -191,7 +208,7 @@ def cmd_run(args) -> int:
         build_kw = {"cc": qemu_user.compiler(c.board), "cflags": list(c.board.cflags)}
         runner = qemu_user.command(c.board)
     elif c.board.id != "host" and c.board.sim:
-        return _run_firmware(args, c, inputs, stacked)  # Cortex-M: the `sim` path (sim/qemu.py)
+        return _run_firmware(args, c, inputs, layout)  # Cortex-M: the `sim` path (sim/qemu.py)
     elif c.board.id != "host":
         # a real board: say what this is (and what would run its core)
         print(f"note     run: a host build of the C generated for {c.board.id} (this machine's compiler and CPU, "
@@ -199,18 +216,9 @@ def cmd_run(args) -> int:
               f"machine with its core")
     exe = host.build(c.header, c.prefix, [t.nbytes for t in map(c.graph.tensors.get, c.graph.inputs)],
                      [t.nbytes for t in map(c.graph.tensors.get, c.graph.outputs)], **build_kw)
-    outs = host.run(exe, inputs, c.out_specs, inputs[0].shape[0], runner=runner)
-    if not stacked:
-        outs = [o[0] for o in outs]
+    outs = _as_given(c, host.run(exe, inputs, c.out_specs, inputs[0].shape[0], runner=runner), layout)
     if args.output:
-        dest = Path(args.output)
-        import io
-        buf = io.BytesIO()
-        if dest.suffix == ".npz" or len(outs) > 1:
-            np.savez(buf, **dict(zip(c.graph.outputs, outs)))
-        else:
-            np.save(buf, outs[0])
-        _write_atomic({dest: buf.getvalue()})
+        _save_outputs(Path(args.output), c.graph.outputs, outs, args)
     for name, o in zip(c.graph.outputs, outs):
         flat = o.reshape(-1)
         preview = ", ".join(f"{v:.6g}" if o.dtype.kind == "f" else str(v) for v in flat[:8])
@@ -220,7 +228,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _save_outputs(dest: Path, names: list[str], outs: list) -> None:
+def _save_outputs(dest: Path, names: list[str], outs: list, args) -> None:
     import io
     import numpy as np
     buf = io.BytesIO()
@@ -228,10 +236,16 @@ def _save_outputs(dest: Path, names: list[str], outs: list) -> None:
         np.savez(buf, **dict(zip(names, outs)))
     else:
         np.save(buf, outs[0])
-    _write_atomic({dest: buf.getvalue()})
+    _write({dest: buf.getvalue()}, args, labels={dest: "-o"})
 
 
-def _run_firmware(args, c, inputs, stacked) -> int:
+def _check_output(args, *paths) -> None:
+    """-o onto one of the run's inputs is refused before any work."""
+    from .outputs import check_clashes
+    check_clashes([("-o", Path(p)) for p in paths if p], _inputs(args))
+
+
+def _run_firmware(args, c, inputs, layout) -> int:
     """Bare-metal firmware on QEMU: outputs vs the host reference, instructions,
     ELF sizes vs the board budget. Exit 1 on a mismatch."""
     from .sim import qemu
@@ -241,9 +255,9 @@ def _run_firmware(args, c, inputs, stacked) -> int:
         from .precision import FP16_ATOL, FP16_RTOL
         tol = dict(atol=FP16_ATOL, rtol=FP16_RTOL)
     cmp = qemu.compare(r.outputs, qemu.reference_outputs(c, inputs), c.graph.outputs, **tol)
-    outs = r.outputs if stacked else [o[0] for o in r.outputs]
+    outs = _as_given(c, r.outputs, layout)
     if args.output:
-        _save_outputs(Path(args.output), c.graph.outputs, outs)
+        _save_outputs(Path(args.output), c.graph.outputs, outs, args)
     for line in qemu.report(c, r, cmp):
         print(line)
     from .sim import cycles  # issue 16: the cycle estimate of the core's timing model
@@ -262,15 +276,17 @@ def cmd_sim(args) -> int:
         from .integrations import renode
         return renode.cli_sim(args, _compile, load_inputs)
     qemu.sim_board(args.board)  # unknown board / no simulator: fail before compiling
+    _check_output(args, args.output)
     c = _compile(args)
-    inputs, stacked = load_inputs(args.input, c)
-    return _run_firmware(args, c, inputs, stacked)
+    inputs, layout = load_inputs(args.input, c)
+    return _run_firmware(args, c, inputs, layout)
 
 
 def cmd_report(args) -> int:
     """issue 16: one self-contained HTML page (+ a PNG with matplotlib) about the compiled model."""
     from .sim import cycles, profile, qemu
     from .tools import report
+    _check_output(args, args.output, Path(args.output).with_suffix(".png"))
     c = _compile(args)
     sim = prof = None
     if c.board.sim.get("qemu_machine") and args.simulate:
@@ -286,7 +302,7 @@ def cmd_report(args) -> int:
     picture = report.png(c, prof)
     if picture is not None:
         files[out.with_suffix(".png")] = picture
-    _write_atomic(files)
+    _write(files, args, labels={p: "-o" for p in files})
     print(f"report   {out}" + (f" (+ {out.with_suffix('.png')})" if picture is not None else ""))
     if prof is not None:
         print(prof.line())
@@ -296,18 +312,19 @@ def cmd_report(args) -> int:
 def cmd_validate(args) -> int:
     """issue 16: the generated C over a dataset, metrics against a reference model."""
     from .tools import validate
+    _check_output(args, args.output)
     c = _compile(args)
     r = validate.run(c, args.data, labels=args.labels, reference=args.reference, per_layer=args.per_layer,
                      model_path=args.model)
     lines = r.lines()
     if args.output:
         import json
-        _write_atomic({Path(args.output): json.dumps({
+        _write({Path(args.output): json.dumps({
             "target": r.target, "samples": r.samples, "seconds": r.seconds, "reference": r.reference,
             "outputs": [{"name": o.name, "accuracy": o.accuracy, "reference_accuracy": o.reference_accuracy,
                          "top1_agreement": o.agreement, **o.metrics} for o in r.outputs],
             "layers": [{"node": x.index, "op": x.op, "tensor": x.tensor, "reference_tensor": x.matched, **x.metrics}
-                       for x in r.layers]}, indent=1) + "\n"})
+                       for x in r.layers]}, indent=1) + "\n"}, args, labels={Path(args.output): "-o"})
     for line in lines:
         print(line)
     if args.output:
@@ -356,6 +373,12 @@ def _common(p):
     p.add_argument("--preserve-input", action="store_true",
                    help="keep the inputs intact through <name>_run (by default a layer may write its output "
                         "over the input it consumes: less RAM)")
+    p.add_argument("--no-patch", dest="patch", action="store_false",
+                   help="run every layer whole (by default runs of convolutions around the arena's peak run in "
+                        "bands of rows when that lowers the arena: patch-based execution)")
+    p.add_argument("--ram-vs-speed", type=float, metavar="F",
+                   help="extra work patch-based execution may add, as a fraction of the model's MACs "
+                        "(recomputed halo rows, band overheads; default 0.10): larger saves more RAM, 0 patches nothing")
     p.add_argument("--requant", choices=("fixed", "float"),
                    help="int8 requantization: fixed (integer multiplier + shift, TFLM arithmetic, no FPU "
                         "needed) or float (float32 scale, onnxruntime's arithmetic); default: the board's")
@@ -382,13 +405,33 @@ def _common(p):
                         "fp16 weights")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own errors (unknown option, missing value, bad choice) as
+    one line, like every other error; subcommand parsers are this class too."""
+
+    def error(self, message):
+        cmd = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        print(f"cuvil-mcu: error: {cmd + ': ' if cmd else ''}{one_line(message)} "
+              f"(cuvil-mcu {cmd + ' ' if cmd else ''}--help lists the options)", file=sys.stderr)
+        sys.exit(2)
+
+
+INPUT_HELP = (".npy (a one-input model) or .npz keyed by input name: one sample, samples stacked on a new leading "
+              "axis, or (batch-1 inputs) samples on the batch axis")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="cuvil-mcu", description="ONNX -> one header-only C file for microcontrollers")
+    ap = _Parser(prog="cuvil-mcu", description="ONNX -> one header-only C file for microcontrollers")
     ap.add_argument("--version", action="version", version=f"cuvil-mcu {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gen", help="generate <name>.h")
     _common(g)
-    g.add_argument("-o", "--output", default="out", help="output folder (default out/)")
+    g.add_argument("-o", "--output", default="out", help="output folder (default out/); gen replaces only files it "
+                                                           "wrote there itself and that are unchanged since (listed "
+                                                           "in its .cuvil-mcu-files)")
+    g.add_argument("--force", action="store_true",
+                   help="overwrite files in the output folder that gen did not write (your main.c, Makefile, "
+                        "...) or that were edited since")
     g.add_argument("--plan-out", help="write the memory plan (offsets, lifetimes) as JSON")
     g.add_argument("--latency", action="store_true",
                    help="profile the model on the core's QEMU twin when no profile is cached (estimated cycles)")
@@ -405,8 +448,7 @@ def parser() -> argparse.ArgumentParser:
     g.set_defaults(fn=cmd_gen)
     r = sub.add_parser("run", help="compile the generated C and run it on inputs")
     _common(r)
-    r.add_argument("--input", "-i", required=True, help=".npy (one input; samples may be stacked on a new "
-                                                         "leading axis) or .npz keyed by input name")
+    r.add_argument("--input", "-i", required=True, help=INPUT_HELP)
     r.add_argument("-o", "--output", help="where to save outputs (.npy, or .npz for several)")
     r.add_argument("--timeout", type=float, default=120.0, help="simulator time limit in seconds (default 120)")
     r.set_defaults(fn=cmd_run)
@@ -420,8 +462,7 @@ def parser() -> argparse.ArgumentParser:
             act.help = ("board id (see `cuvil-mcu boards`); default qemu-mps2-an386. A real board runs on the "
                         "QEMU machine with its core (M0+/M3 -> mps2-an385, M4 -> mps2-an386, M7 -> mps2-an500, "
                         "M33 -> mps2-an505, M55 -> mps3-an547)")
-    s.add_argument("--input", "-i", required=True, help=".npy (one input; samples may be stacked on a new "
-                                                         "leading axis) or .npz keyed by input name")
+    s.add_argument("--input", "-i", required=True, help=INPUT_HELP)
     s.add_argument("-o", "--output", help="where to save the simulator's outputs (.npy, or .npz for several)")
     s.add_argument("--simulator", choices=("qemu", "renode"), default="qemu",
                    help="qemu (default; boards with a [sim] table) or renode (boards with a [renode] table; "
@@ -457,24 +498,54 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=cmd_boards)
     o = sub.add_parser("ops", help="list the supported ONNX ops by family")
     o.set_defaults(fn=cmd_ops)
+    sub.metavar = "{" + ",".join(sub.choices) + "}"   # "required: {gen,run,...}", not "required: cmd"
+    ap.commands = dict(sub.choices)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    from . import outputs
+    import warnings
+    warnings.simplefilter("ignore")   # numpy's RuntimeWarnings on a hostile model's constants are not messages
+    with outputs.signals_raise():
+        return _main(argv)
+
+
+def _main(argv) -> int:
+    from . import outputs
     try:
+        ap = parser()
+        args, extra = ap.parse_known_args(argv)
+        if extra:  # said by the subcommand's parser: its --help is the one that helps
+            ap.commands[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
         return args.fn(args)
     except CuvilError as e:
-        print(f"cuvil-mcu: error: {e}", file=sys.stderr)
+        head, _, log = str(e).partition("\n")
+        if isinstance(e, ToolError) and log:   # a compiler's or simulator's own output, shown as it said it
+            print(f"cuvil-mcu: error: {one_line(head)}\n{log}", file=sys.stderr)
+        else:
+            print(f"cuvil-mcu: error: {one_line(e)}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    except (KeyboardInterrupt, outputs.Interrupted) as e:
+        signum = getattr(e, "signum", 2)
+        print(f"cuvil-mcu: interrupted ({outputs.signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
+    except OSError as e:  # the machine refused (disk full, file-size limit, permissions): not a bug here
+        if e.errno not in outputs.ENVIRONMENT_ERRNOS or os.environ.get("CUVIL_DEBUG"):
+            return _internal(e)
+        where = f" ({outputs.short(e.filename)})" if e.filename else ""
+        print(f"cuvil-mcu: error: {one_line(e.strerror or e)}{one_line(where)}", file=sys.stderr)
+        return 1
     except Exception as e:  # a bug in cuvil-mcu, not a user mistake
-        if os.environ.get("CUVIL_DEBUG"):
-            raise
-        print(f"cuvil-mcu: internal error: {type(e).__name__}: {e} "
-              f"(please report it; CUVIL_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return 70
+        return _internal(e)
+
+
+def _internal(e: Exception) -> int:
+    if os.environ.get("CUVIL_DEBUG"):
+        raise e
+    print(f"cuvil-mcu: internal error: {type(e).__name__}: {one_line(e)} "
+          f"(please report it; CUVIL_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return 70
 
 
 if __name__ == "__main__":

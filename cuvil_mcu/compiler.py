@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from . import boards, codegen, frontend, ops, passes, planner
-from .errors import CuvilError
+from . import boards, codegen, frontend, limits, ops, passes, planner
+from .errors import CuvilError, UnsupportedOpError, one_line
 from .opt import OPT_LEVELS
 from .ir import Graph
 
@@ -34,6 +34,8 @@ class Compiled:
     weights_blob: bytes | None = None
     fp16_nodes: list[str] = field(default_factory=list)   # --precision: layers with IEEE half weights
     stack_bound: int = 0     # bytes of stack the run function and its kernels take at most
+    isa_used: dict = field(default_factory=dict)   # node name -> ISA feature of its kernels (codegen)
+    consts: list = field(default_factory=list)   # codegen.Const arrays the header (or blob) holds
 
     @property
     def in_specs(self):
@@ -45,25 +47,40 @@ class Compiled:
 
     def summary(self) -> str:
         g, p = self.graph, self.plan
-        ops_txt = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(self.op_counts.items()))
-        fused = sum(len(n.fused) for n in g.nodes)
-        lines = [
-            f"ops      {len(g.nodes)} kernels ({ops_txt or 'none'})" + (f", {fused} fused" if fused else ""),
+        layers = list(_kernels(g))
+        views = [n for n in layers if ops.get(n.op_type).view]
+        kernels = [n for n in layers if not ops.get(n.op_type).view]
+        fused = sum(len(n.fused) for n in layers)
+        region_of = {m.name: n.name for n in g.nodes if n.op_type == "cuvil.TiledRegion"
+                     for m in n.attrs["_region"].nodes}
+        view_txt = f", {_count(len(views), 'view')} ({_types(views)}: no code)" if views else ""
+        lines = [f"ops      {_count(len(kernels), 'kernel')}" + (f", {_count(fused, 'op')} fused into them" if fused else "")
+                 + view_txt]
+        by_variant: dict[str, list] = {}
+        for n in kernels:
+            by_variant.setdefault(VARIANT_NAMES.get(self.isa_used.get(n.name, self.isa_used.get(region_of.get(n.name))),
+                                                      "portable C"), []).append(n)
+        if by_variant:
+            lines.append("kernels  " + "; ".join(f"{v}: {_types(by_variant[v])}" for v in
+                                                [*VARIANT_NAMES.values(), "portable C"] if v in by_variant))
+        lines += [
             f"MACs     {self.macs:,}",
             f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
             f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
             f"0 B of constants in the header",
             f"RAM      {p.arena_size + self.stack_bound:,} B = arena {p.arena_size:,} B (planner {p.algorithm}; "
             f"lower bound {p.lower_bound:,} B" + (f", {p.no_alias_bound:,} B without in-place" if p.no_alias_bound else "")
-            + f") + kernel stack <= {self.stack_bound:,} B",
+            + f") + stack <= {self.stack_bound:,} B for {self.prefix}_run and its kernels "
+            f"({self.prefix.upper()}_RAM_SIZE)",
         ]
         if p.aliases:
             lines.append(f"in place {len(p.aliases)} of {len(g.nodes)} nodes write their output over their input "
                          f"(--plan-out lists the offsets)")
-        for t in g.inputs:
-            lines.append(f"input    {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
-        for t in g.outputs:
-            lines.append(f"output   {t}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}")
+        lines += _patch_lines(g)
+        for kind, names in (("input", g.inputs), ("output", g.outputs)):
+            for t in names:
+                lines.append(f"{kind:<8} {one_line(t)}: {g.tensors[t].dtype}{list(g.tensors[t].shape)}"
+                             + _quant_text(g.tensors[t]))
         if self.fp16_nodes:
             names = ", ".join(self.fp16_nodes[:12]) + (f" and {len(self.fp16_nodes) - 12} more"
                                                         if len(self.fp16_nodes) > 12 else "")
@@ -71,14 +88,84 @@ class Compiled:
         lines += [f"budget   {b}" for b in self.budget_lines] or [f"budget   {self.board.id}: no RAM/flash limit"]
         if self.budget_lines:
             lines.append(f"fits     {self.board.id}")
-        lines += [f"note     {n}" for n in g.notes]
+        dtypes = {name: t.dtype for name, t in g.tensors.items()}
+        for n in g.nodes:
+            if n.op_type == "cuvil.TiledRegion":
+                dtypes.update((name, t.dtype) for name, t in n.attrs["_region"].tensors.items())
+        soft = [n for n in kernels if n.op_type not in EDGE_OPS
+                and any(dtypes.get(o) == "float32" for o in n.outputs if o)]
+        if soft and self.board.isa.get("fpu") is False:
+            lines.append(f"warning  {self.board.id} ({self.board.core}) has no FPU: {_count(len(soft), 'float kernel')} "
+                         f"({_types(soft)}) run in software floating point, many times slower than int8 kernels; "
+                         f"--quantize int8 --calibration <samples.npz> makes the model integer-only")
+        lines += [f"note     {one_line(n)}" for n in g.notes]
         return "\n".join(lines)
 
 
-def _check_nodes(g: Graph) -> None:
-    """Nodes created by passes get the same validation as loaded ones."""
+# the kernel variants gen's summary names, by the ISA feature their templates need (codegen Emitter.isa_used)
+VARIANT_NAMES = {"mve": "Helium", "dsp": "DSP", "neon": "NEON"}
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _types(nodes) -> str:
+    """'Conv x9, Gemm' for a list of nodes, op types in first-seen order."""
+    c = Counter(n.op_type for n in nodes)
+    return ", ".join(f"{t} x{k}" if k > 1 else t for t, k in c.items())
+
+
+def _quant_text(t) -> str:
+    """', scale 0.0039 zero point -128' for a quantized I/O tensor."""
+    q = t.quant
+    if q is None or t.dtype not in INTEGER_DTYPES:
+        return ""
+    import numpy as np
+    scale, zp = np.asarray(q.scale).reshape(-1), np.asarray(q.zero_point).reshape(-1)
+    if scale.size == 1:
+        return f", scale {float(scale[0]):.9g} zero point {int(zp[0])}"
+    return f", per-axis scales ({scale.size}: {float(scale.min()):.6g}..{float(scale.max()):.6g})"
+
+
+def _kernels(g: Graph):
+    """The graph's nodes, a tiled region as the layers whose kernels it runs."""
     for n in g.nodes:
-        ops.get(n.op_type).check(n, [g.tensors[i] if i else None for i in n.inputs])
+        yield from n.attrs["_region"].nodes if n.op_type == "cuvil.TiledRegion" else [n]
+
+
+def _patch_lines(g: Graph) -> list[str]:
+    """gen's summary of patch-based execution (passes/tile.py): the regions,
+    their cost, or why nothing was tiled."""
+    t = getattr(g, "patches", None)
+    if not t:
+        return []
+    regs = t["regions"]
+    if not regs:
+        return [f"patches  none: {t['note']}"] if t["note"] else []
+    extra = t["extra_macs"]
+    lines = [f"patches  {len(regs)} region(s), arena {t['arena_before']:,} -> {t['arena_after']:,} B, "
+             f"{extra:+,} MACs ({extra / max(t['macs'], 1):+.1%}) (--plan-out shows the bands; --no-patch: whole layers)"]
+    index = {n.name: i for i, n in enumerate(g.nodes)}
+    for r in regs:
+        lines.append(f"patches  node {index.get(r['node'], '?')}: {r['halo']}, {r['extra_macs']:+,} MACs, "
+                     f"{r['moved']:,} B of halo rows moved per run (from '{r['layers'][0]}')")
+    if t["note"]:
+        lines.append(f"patches  then stopped: {t['note']}")
+    return lines
+
+
+def _check_nodes(g: Graph) -> None:
+    """Nodes created by passes get the same validation as loaded ones (every
+    refusal reported at once)."""
+    problems = []
+    for n in g.nodes:
+        try:
+            ops.get(n.op_type).check(n, [g.tensors[i] if i else None for i in n.inputs])
+        except UnsupportedOpError as e:
+            problems += e.problems
+    if problems:
+        raise UnsupportedOpError(problems)
 
 
 INTEGER_DTYPES = ("int8", "uint8")
@@ -106,12 +193,13 @@ SCRATCH_SLACK = 0.08
 
 
 def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack: float = SCRATCH_SLACK,
-          opt_level: int = 3, fp16_nodes=frozenset()):
+          opt_level: int = 3, fp16_nodes=frozenset(), used: list | None = None):
     """Kernel choice and memory plan, RAM first: lower with no spare room (each
     kernel's leanest variant), plan; then let kernels with a faster buffered
     variant take scratch where the arena has room at their step (plus
     `slack` of the arena), and keep that if the arena stays within the slack
-    (else try again with half the slack). Returns (plan, room for render)."""
+    (else try again with half the slack). Returns (plan, room for render);
+    `used` receives the lowering of the plan returned."""
     lkw = dict(opt_level=opt_level, fp16_nodes=fp16_nodes)   # the choices render will make
     low = codegen.lower(g, prefix, b, **lkw)
     lean = planner.plan(g, algorithm, low.scratch, low.orders, preserve_inputs)
@@ -128,8 +216,12 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
             break
         fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
         if fast.arena_size <= lean.arena_size + extra:
+            if used is not None:
+                used[:] = [low2]
             return fast, room
         extra = extra // 2 // planner.ALIGN * planner.ALIGN
+    if used is not None:
+        used[:] = [low]
     return lean, None
 
 
@@ -145,7 +237,15 @@ def plan_and_render(g: Graph, prefix: str, b, algorithm: str = "auto", preserve_
     return plan, codegen.render(g, plan, prefix, target=b, room=room, **render_kw)
 
 
+# --name prefixes every C symbol and names the output files (lib<name>.so, <name>.weights.bin, and while
+# they are staged .<name>.weights.bin.XXXXXXXX): a bound far inside a file system's 255-byte names
+MAX_NAME = 48
+
+
 def check_name(name: str) -> str:
+    if len(name) > MAX_NAME:
+        raise CuvilError(f"--name '{one_line(name[:24])}...' has {len(name):,} characters; at most {MAX_NAME} (it "
+                         f"prefixes every C symbol and names the output files)")
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name.endswith("_"):
         raise CuvilError(f"--name '{name}' must be a C identifier: a letter, then letters, digits or "
                          f"single underscores (it prefixes every symbol, e.g. {name}_run)")
@@ -158,7 +258,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   calibration: str | dict | None = None, calibrate: str = "minmax",
                   percentile: float = 99.99, io: str = "model", weights: str = "inline",
                   opt_level: int = 3, precision: str | None = None,
-                  stream: bool = False, preserve_inputs: bool = False) -> Compiled:
+                  stream: bool = False, preserve_inputs: bool = False, patch: bool = True,
+                  ram_vs_speed: float | None = None) -> Compiled:
     prefix = check_name(name)
     if weights not in ("inline", "separate"):
         raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
@@ -207,7 +308,23 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     fp16 = prec_mod.select(g, prec) if prec.any_fp16 else set()
     prec_mod.round_weights(g, fp16)
     target = b if opt_level >= 2 else None     # -O0/-O1: portable kernels
-    plan, room = _plan(g, prefix, target, algorithm, preserve_inputs, opt_level=opt_level, fp16_nodes=fp16)
+    planned = []     # (graph, (plan, room)) of the last graph planned
+
+    def evaluate(gg):
+        low = []
+        planned[:] = [(gg, _plan(gg, prefix, target, algorithm, preserve_inputs, opt_level=opt_level,
+                                 fp16_nodes=fp16, used=low))]
+        return planned[0][1][0], lambda: planner.profile(gg, low[0].scratch, low[0].orders, preserve_inputs)
+    if patch:
+        from .passes import tile
+        budget = tile.DEFAULT_BUDGET if ram_vs_speed is None else float(ram_vs_speed)
+        if not budget >= 0:
+            raise CuvilError(f"--ram-vs-speed {ram_vs_speed}: give the extra work tiling may add as a fraction of "
+                             f"the model's MACs, >= 0 (default {tile.DEFAULT_BUDGET})")
+        g = tile.run(g, budget, evaluate)
+    if not planned or planned[0][0] is not g:
+        evaluate(g)
+    plan, room = planned[0][1]
     macs = 0
     counts: Counter = Counter()
     for n in g.nodes:
@@ -215,9 +332,11 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         ins = [g.tensors[i] if i else None for i in n.inputs]
         outs = [g.tensors[o] for o in n.outputs if o]
         macs += op.macs(n, ins, outs)
+    for n in _kernels(g):
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
                        target=target, room=room, weights=weights, opt_level=opt_level, fp16_nodes=fp16)
+    limits.check_totals(plan.arena_size, r.stack_bound, r.weights_bytes if r.blob is None else len(r.blob))
     # real boards' firmware projects: samples.c holds one sample of every input in flash
     # (QEMU boards' projects load it straight into RAM, as sim does)
     samples = (sum(g.tensors[n].nbytes for n in g.inputs)
@@ -225,4 +344,4 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob), samples)
     return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
                     weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16],
-                    stack_bound=r.stack_bound)
+                    stack_bound=r.stack_bound, isa_used=r.isa_used, consts=r.consts)

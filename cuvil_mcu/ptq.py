@@ -26,8 +26,10 @@ them into integer ops:
   B: symmetric per output column; range [-127, 127];
 - biases: int32 at scale in_scale * w_scale[c], zero point 0;
 - Softmax output: scale 1/256, zero point -128 (TFLM's convention);
-- ops that only move data (Reshape, Flatten, MaxPool, Transpose, ...) keep
-  their input's parameters.
+- ops that only move data (Reshape, Flatten, MaxPool, Transpose, ...) and
+  Resize / Upsample keep their input's parameters;
+- ConvTranspose weights [C, M/group, k...]: symmetric per output channel
+  (axis 1, as quantize_static does), bias int32 like Conv's.
 MatMul + Add(constant bias) is made a Gemm first (one QGemm, int32 bias).
 A node without an int8 form (or whose integer op is not available, or
 refuses it) stays float32 between a DequantizeLinear and a QuantizeLinear:
@@ -64,11 +66,17 @@ INT_OP = {"Conv": "QLinearConv", "Gemm": "com.microsoft.QGemm", "MatMul": "com.m
           "AveragePool": "com.microsoft.QLinearAveragePool",
           "GlobalAveragePool": "com.microsoft.QLinearGlobalAveragePool",
           "Softmax": "com.microsoft.QLinearSoftmax", "Concat": "com.microsoft.QLinearConcat",
-          "MaxPool": "cuvil.QMaxPool",
+          "MaxPool": "cuvil.QMaxPool", "Sum": "cuvil.QSum", "LRN": "cuvil.QLRN",
+          "BatchNormalization": "cuvil.QAffine",    # a per-channel affine map
+          "ConvTranspose": "cuvil.QConvTranspose", "Resize": "cuvil.QResize", "Upsample": "cuvil.QResize",
           **{t: "cuvil.QLut" for t in LUT_OPS},
           **{t: t for t in PASS_THROUGH if t != "MaxPool"}}
 # Ops whose fused Relu/Clip the QDQ pass folds into the integer kernel.
-ABSORBS_ACT = {"Conv", "Gemm", "MatMul", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat"}
+ABSORBS_ACT = {"Conv", "Gemm", "MatMul", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat", "Sum",
+               "BatchNormalization", "ConvTranspose"}
+# Ops whose output keeps its input's parameters (they only move or
+# interpolate values: a Resize's output lies within its input's range).
+SHARES_PARAMS = PASS_THROUGH | {"Resize", "Upsample"}
 INTEGER_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
                "MatMulInteger"}
 
@@ -191,7 +199,7 @@ def _const(g: Graph, name: str) -> np.ndarray | None:
 
 
 def _data_inputs(n: Node) -> list[int]:
-    if n.op_type == "Concat":
+    if n.op_type in ("Concat", "Sum"):
         return list(range(len(n.inputs)))
     if n.op_type in ("Add", "Mul", "MatMul"):
         return [0, 1]
@@ -219,14 +227,22 @@ def _quantizable(n: Node, g: Graph, reg) -> bool:
             continue
         c = _const(g, name)
         # a constant operand of Add/Mul/Concat or a constant MatMul B is quantized here too
-        if c is None or c.dtype != np.float32 or not (t in ("Add", "Mul", "Concat") or (t == "MatMul" and i == 1)):
+        if c is None or c.dtype != np.float32 or not (t in ("Add", "Mul", "Concat", "Sum") or (t == "MatMul" and i == 1)):
             return False
-    if t in ("Add", "Mul", "Concat") and not any(_is_float_rt(g, n.input(i)) for i in _data_inputs(n)):
+    if t in ("Add", "Mul", "Concat", "Sum") and not any(_is_float_rt(g, n.input(i)) for i in _data_inputs(n)):
         return False
     if t == "Conv":
         w = _const(g, n.input(1))
         b = _const(g, n.input(2))
         return w is not None and w.dtype == np.float32 and (not n.input(2) or (b is not None and b.size == w.shape[0]))
+    if t == "ConvTranspose":
+        w = _const(g, n.input(1))
+        b = _const(g, n.input(2))
+        return (w is not None and w.dtype == np.float32 and w.ndim >= 3
+                and (not n.input(2) or (b is not None and b.size == w.shape[1] * int(n.attr("group", 1)))))
+    if t in ("Resize", "Upsample"):
+        from .ops import resize
+        return resize.int8_attrs(n, [g.tensors[i] if i else None for i in n.inputs]) is not None
     if t == "Gemm":
         w = _const(g, n.input(1))
         if w is None or w.ndim != 2 or w.dtype != np.float32 or int(n.attr("transA", 0)):
@@ -250,6 +266,8 @@ def _quantizable(n: Node, g: Graph, reg) -> bool:
         return float(n.attr("value", 0.0)) == 0.0
     if t == "Clip":
         return all(not n.input(i) or _const(g, n.input(i)) is not None for i in (1, 2))
+    if t == "BatchNormalization":
+        return all(_const(g, n.input(i)) is not None for i in range(1, 5))
     return True
 
 
@@ -575,6 +593,14 @@ def _quantize_consts(n: Node, g: Graph, b: _Builder, in_scale: float | None) -> 
         if n.input(2):
             bq, bs = _bias_int32(_const(g, n.input(2)), in_scale, ws, w.shape[0])
             use(2, b.dq_const(n.input(2), bq, bs, np.zeros(bs.size, np.int32), 0))
+    elif t == "ConvTranspose":   # [C, M/group, k...]: per output channel along axis 1 (quantize_static's axis)
+        w = _const(g, n.input(1))
+        q, ws = _per_channel(w, 1)
+        use(1, b.dq_const(n.input(1), q, ws, np.zeros(ws.size, np.int8), 1))
+        if n.input(2):
+            m = w.shape[1] * int(n.attr("group", 1))
+            bq, bs = _bias_int32(_const(g, n.input(2)), in_scale, np.tile(ws, m // w.shape[1]), m)
+            use(2, b.dq_const(n.input(2), bq, bs, np.zeros(bs.size, np.int32), 0))
     elif t == "Gemm":
         alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
         w = _const(g, n.input(1)).astype(np.float32) * np.float32(alpha)
@@ -595,7 +621,7 @@ def _quantize_consts(n: Node, g: Graph, b: _Builder, in_scale: float | None) -> 
         else:
             q, ws = _per_tensor_sym(w)
             use(1, b.dq_const(n.input(1), q, ws, np.zeros((), np.int8), None))
-    elif t in ("Add", "Mul", "Concat"):
+    elif t in ("Add", "Mul", "Concat", "Sum"):
         for i in _data_inputs(n):
             c = _const(g, n.input(i))
             if c is None:
@@ -697,7 +723,7 @@ def _params(g: Graph, qnames: set[str], ranges: dict, calibrate: str, count: int
         p = producers.get(name)
         obs_lo, obs_hi, r_lo, r_hi = ranges[name]
         entry = {"observed_min": obs_lo, "observed_max": obs_hi, "samples": count}
-        if p is not None and p.name in qnames and p.op_type in PASS_THROUGH and p.act is None:
+        if p is not None and p.name in qnames and p.op_type in SHARES_PARAMS and p.act is None:
             src = p.inputs[0]
             params[name] = params[src]
             entry.update(min=report[src]["min"], max=report[src]["max"], method="shared", source=src)

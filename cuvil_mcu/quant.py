@@ -83,14 +83,20 @@ def requantize_fixed(acc, mult, shift) -> np.ndarray:
 
 def float_multiplier(in_scale, w_scale, out_scale) -> np.ndarray:
     """onnxruntime's per-channel float32 requant scale: (in * w) / out in float32."""
-    return ((np.float32(in_scale) * np.asarray(w_scale, dtype=np.float32)).astype(np.float32)
-            / np.float32(out_scale)).astype(np.float32)
+    with np.errstate(over="ignore"):
+        m = ((np.float32(in_scale) * np.asarray(w_scale, dtype=np.float32)).astype(np.float32)
+             / np.float32(out_scale)).astype(np.float32)
+    # an absurd scale ratio overflows float32: FLT_MAX saturates as well and
+    # never makes 0 * inf = NaN
+    return np.minimum(m, np.finfo(np.float32).max).astype(np.float32)
 
 
 def requantize_float(acc, scale) -> np.ndarray:
     """acc * scale in float32, rounded half to even (as MLAS does)."""
-    v = np.asarray(acc, dtype=np.int64).astype(np.float32) * np.asarray(scale, dtype=np.float32)
-    return np.rint(v.astype(np.float32)).astype(np.int64)
+    with np.errstate(over="ignore"):
+        v = np.asarray(acc, dtype=np.int64).astype(np.float32) * np.asarray(scale, dtype=np.float32)
+    v = np.clip(v.astype(np.float32), np.float32(-2147483648.0), np.float32(2147483520.0))   # as the C kernels
+    return np.rint(v).astype(np.int64)
 
 
 def saturate(x, dtype: str, lo: int | None = None, hi: int | None = None) -> np.ndarray:

@@ -107,8 +107,27 @@ def check_op(model, feeds: dict, rel_c: float = 1e-5, rel_ort: float = 1e-5):
     return ref, c_out
 
 
-# Compilers x flags the generated C must build with, warning-free; the last
-# entry runs under the sanitizers. (cc, extra flags)
+def host_has_fma() -> bool:
+    """An x86-64 host whose CPU has FMA3 (so -mfma code runs)."""
+    import platform
+    from pathlib import Path
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        return "fma" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+# -mfma where the host runs it: the GNU-mode builds below then really fuse
+# a * b + c, as firmware does on every Cortex-M / Cortex-A FPU
+HOST_FMA = ["-mfma"] if host_has_fma() else []
+
+# Compilers x flags the generated C must build with, warning-free: ISO C
+# and C++; the sanitizers (index 5); the GNU modes firmware projects use
+# (gcc's default -ffp-contract=fast, MicroPython's -std=gnu99, Arduino /
+# PlatformIO gnu11), where compilers contract a * b + c into fused
+# multiply-adds. (cc, extra flags)
 STRICT_BUILDS = [
     ("gcc", ["-std=c99"]),
     ("gcc", ["-std=c11"]),
@@ -116,6 +135,8 @@ STRICT_BUILDS = [
     ("g++", ["-x", "c++"]),
     ("clang++", ["-x", "c++"]),
     ("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]),
+    ("gcc", ["-std=gnu99", *HOST_FMA]),
+    ("clang", ["-std=gnu11", "-ffp-contract=fast", *HOST_FMA]),
 ]
 STRICT_WARNINGS = ["-O1", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 
@@ -157,3 +178,34 @@ def run_strict_builds(c, feeds: dict, rel: float = 1e-5, exact: bool = False, bu
             else:
                 assert_close(o[0], ref[name], rel, where)
     return skipped
+
+
+C_DTYPES = {"float": np.float32, "double": np.float64, "int8_t": np.int8, "uint8_t": np.uint8,
+            "int16_t": np.int16, "uint16_t": np.uint16, "int32_t": np.int32, "uint32_t": np.uint32,
+            "int64_t": np.int64, "uint64_t": np.uint64}
+
+
+def header_consts(header: str) -> dict[str, tuple[str, np.ndarray]]:
+    """The header's inline constant arrays, parsed from the text: {symbol:
+    (C type, values)}. Both forms: one literal per element (small arrays;
+    integers and the float literals Python's float() reads), and the
+    union of little-endian 64-bit words with the element array."""
+    import re
+    out = {}
+    for m in re.finditer(r"static const union \{ uint64_t w\[(\d+)\]; ([a-z0-9_]+) v\[(\d+)\]; \} "
+                         r"(\w+)__u \w+ = \{ \{([^}]*)\} \};", header):
+        words = [int(w, 16) for w in m.group(5).replace("\n", "").split(",") if w.strip()]
+        assert len(words) == int(m.group(1)), f"{m.group(4)}: {len(words)} words, declared {m.group(1)}"
+        raw = np.array(words, np.uint64).astype("<u8").tobytes()
+        dt = np.dtype(C_DTYPES[m.group(2)]).newbyteorder("<")
+        n = int(m.group(3))
+        out[m.group(4)] = (m.group(2), np.frombuffer(raw[:n * dt.itemsize], dt).astype(dt.newbyteorder("=")))
+    for m in re.finditer(r"static const ([a-z0-9_]+) (\w+)\[(\d+)\] \w+ = \{([^}]*)\};", header):
+        ctype, body = m.group(1), m.group(4).replace("\n", " ")
+        items = [v.strip() for v in body.split(",") if v.strip()]
+        if ctype in ("float", "double"):
+            vals = [float(v.rstrip("f")) for v in items]
+        else:
+            vals = [int(eval(v.replace("LL", ""), {})) for v in items]   # noqa: S307 ('(-2147483647 - 1)')
+        out[m.group(2)] = (ctype, np.array(vals, C_DTYPES[ctype]))
+    return out

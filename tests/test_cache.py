@@ -15,7 +15,9 @@ MODEL = ROOT / "examples" / "kws_float.onnx"
 
 
 def tree(d: Path) -> dict[str, bytes]:
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+    """The files gen wrote (its manifest, which names the --plan-out file, aside)."""
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and p.name != ".cuvil-mcu-files"}
 
 
 def entries(cache: Path) -> list[Path]:

@@ -8,7 +8,6 @@ tolerance. Native fp16 arithmetic (Cortex-A76 under qemu-user) stays within
 the documented fp16 tolerance."""
 from __future__ import annotations
 
-import re
 import shutil
 
 import numpy as np
@@ -20,7 +19,7 @@ from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.precision import FP16_ATOL, FP16_RTOL
 from deploy_helpers import ROOT, host_outputs, cli, fails_cleanly
-from helpers import assert_close, run_strict_builds
+from helpers import assert_close, header_consts, run_strict_builds
 
 KWS = ROOT / "examples" / "kws_float.onnx"
 
@@ -31,10 +30,9 @@ def test_flash_halves_and_outputs_follow_the_half_weights():
     assert c16.weights_bytes <= 0.55 * c32.weights_bytes, (c16.weights_bytes, c32.weights_bytes)
     assert len(c16.fp16_nodes) == 10 and "fp16     10 layer(s)" in c16.summary()
     # every weight array the header stores is numpy's float16 of the float32 layer's weights
-    halves = re.findall(r"static const uint16_t (\w+)\[(\d+)\] \w+ = \{([^}]*)\}", c16.header)
+    halves = [v for ctype, v in header_consts(c16.header).values() if ctype == "uint16_t"]
     assert len(halves) == 10
-    stored = sorted(np.sort(np.array([int(v) for v in body.replace("\n", " ").split(",")], np.uint16)).tobytes()
-                    for _, _, body in halves)
+    stored = sorted(np.sort(v).tobytes() for v in halves)
     by_name = {n.name: n for n in c32.graph.nodes}
     expect = sorted(np.sort(np.asarray(c32.graph.tensors[by_name[name].inputs[1]].data, np.float32)
                             .astype(np.float16).view(np.uint16).reshape(-1)).tobytes() for name in c16.fp16_nodes)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import assert_close, make_model, node, run_ort
+from helpers import HOST_FMA, assert_close, make_model, node, run_ort
 from update_golden import GOLDEN, GOLDEN_DIR, render, small_model, two_input_model
 
 from cuvil_mcu.compiler import compile_model
@@ -25,10 +25,14 @@ from cuvil_mcu.sim import host
 WARN = ["-Wall", "-Wextra", "-Werror", "-pedantic"]
 REPO = Path(__file__).resolve().parent.parent
 
-# (compiler, language standard); C++ compilers get -x c++.
+# (compiler, language standard, extra flags); C++ compilers get -x c++. The
+# GNU modes are what firmware projects compile with (gcc's default
+# -ffp-contract=fast fuses a * b + c; HOST_FMA lets it on x86-64).
 MATRIX = [
-    ("gcc", "c99"), ("gcc", "c11"), ("clang", "c99"), ("clang", "c11"),
-    ("g++", "c++11"), ("g++", "c++17"), ("clang++", "c++11"), ("clang++", "c++17"),
+    ("gcc", "c99", []), ("gcc", "c11", []), ("clang", "c99", []), ("clang", "c11", []),
+    ("g++", "c++11", []), ("g++", "c++17", []), ("clang++", "c++11", []), ("clang++", "c++17", []),
+    ("gcc", "gnu99", HOST_FMA), ("gcc", "gnu11", HOST_FMA), ("clang", "gnu11", ["-ffp-contract=fast", *HOST_FMA]),
+    ("g++", "gnu++17", HOST_FMA),
 ]
 
 
@@ -134,13 +138,14 @@ int main(void)
 """
 
 
-@pytest.mark.parametrize("cc,std", MATRIX, ids=[f"{c}-{s}" for c, s in MATRIX])
-def test_compile_matrix_and_link(cc, std, small, tmp_path):
+@pytest.mark.parametrize("cc,std,extra", MATRIX, ids=[f"{c}-{s}{'-fast' * ('-ffp-contract=fast' in e)}"
+                                                        for c, s, e in MATRIX])
+def test_compile_matrix_and_link(cc, std, extra, small, tmp_path):
     need(cc)
     m, c, expect = small
     (tmp_path / "model.h").write_text(c.header)
     ext = ".cpp" if is_cxx(cc) else ".c"
-    flags = [f"-std={std}", *WARN, "-O1", "-I", "."]
+    flags = [f"-std={std}", *extra, *WARN, "-O1", "-I", "."]
     for name, src in (("use", USE_SRC), ("impl", IMPL_SRC), ("main", MAIN_SRC % {"x": c_list(SMALL_X)}),
                       ("static", STATIC_SRC)):
         (tmp_path / (name + ext)).write_text(src)

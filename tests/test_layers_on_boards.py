@@ -2,7 +2,9 @@
 NEON (Cortex-A) boards.
 
 The layer models of the int8 op tests (test_qconv, test_qgemm, test_qpool,
-test_qelementwise, test_qsoftmax; test_isa_mve's extra conv shapes), each
+test_qelementwise, test_qsoftmax; test_isa_mve's extra conv shapes;
+test_resize's ConvTranspose and Resize layers; the integer Sum, LRN and
+per-channel affine kernels), each
 many independent layers in one graph, compiled for each QEMU board (so each
 board's kernels: portable C on the M3, DSP on the M4 / M7 / M33, Helium on
 the M55, NEON on the Cortex-A7 / A53), run as one bare-metal firmware per
@@ -106,9 +108,29 @@ def _concat():
     return qmodel(nodes, inputs, {f"y{i}": "int8" for i in range(len(cases))}, inits), None
 
 
+def _upsample():
+    from test_resize import upsample_layers
+    return upsample_layers(seed=9)
+
+
+def _classic():
+    """cuvil.QSum (three inputs, broadcast), cuvil.QLRN (channels-last after
+    the layout pass) and cuvil.QAffine, int8."""
+    c = 6
+    inits = {**qparams("y", 0.09, -4, "int8"), **qparams("a", 0.05, 3, "int8"), **qparams("b", 0.2, -7, "int8"),
+             **qparams("l", 0.03, 1, "int8"),
+             "S": np.linspace(-1.5, 2.0, c).astype(np.float32), "T": np.linspace(-0.7, 0.9, c).astype(np.float32)}
+    nodes = [helper.make_node("QSum", ["y_s", "y_z", "a", "a_s", "a_z", "b", "b_s", "b_z", "a", "a_s", "a_z"], ["s"],
+                              domain="cuvil"),
+             helper.make_node("QLRN", ["a", "a_s", "a_z", "l_s", "l_z"], ["l"], domain="cuvil", size=3, alpha=0.2),
+             helper.make_node("QAffine", ["a", "a_s", "a_z", "y_s", "y_z", "S", "T"], ["f"], domain="cuvil")]
+    return qmodel(nodes, {"a": ((1, c, 5, 4), "int8"), "b": ((1, c, 1, 1), "int8")},
+                  {"s": "int8", "l": "int8", "f": "int8"}, inits), None
+
+
 FAMILIES = {"conv": _conv, "conv_uint8": _conv_u8, "conv_extra": _conv_extra, "gemm": _gemm, "matmul": _matmul,
             "avg_pool": _avg_pool, "max_pool": _max_pool, "add": _add, "mul": _mul, "lut": _lut,
-            "softmax": _softmax, "concat": _concat}
+            "softmax": _softmax, "concat": _concat, "upsample": _upsample, "classic": _classic}
 
 
 def _feeds(model, seed):
@@ -133,9 +155,9 @@ def test_layers_exact_on_board(family, board):
 
 @pytest.mark.parametrize("board", [pytest.param(b, marks=_MCU) for b in ("qemu-mps2-an386", "qemu-mps3-an547")]
                          + NEON_BOARDS)
-@pytest.mark.parametrize("family", ["conv", "gemm", "add", "avg_pool", "softmax"])
+@pytest.mark.parametrize("family", ["conv", "gemm", "add", "avg_pool", "softmax", "upsample", "classic"])
 def test_layers_float_requant_on_board(family, board):
     """--requant float (onnxruntime's float scales) on the cores with an FPU / NEON."""
-    model, feeds = FAMILIES[family]() if family in ("conv", "gemm") else (FAMILIES[family]()[0], None)
+    model, feeds = FAMILIES[family]() if family in ("conv", "gemm", "upsample") else (FAMILIES[family]()[0], None)
     feeds = feeds if feeds is not None else _feeds(model, seed=len(family))
     _run_exact(compile_model(model, board=board, requant="float"), feeds)

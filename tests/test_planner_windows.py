@@ -47,8 +47,10 @@ def _window(geo: ConvGeometry, b: int, oy: int, ox: int, chans) -> np.ndarray:
     return (np.asarray(pix, np.int64)[:, None] * geo.c + np.asarray(chans, np.int64)[None, :]).reshape(-1)
 
 
-def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, reverse: bool, seq: bool):
-    """("r", input bytes) / ("w", output bytes) in the kernel's order."""
+def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, reverse: bool, seq: bool,
+                  opos=None):
+    """("r", input bytes) / ("w", output bytes) in the kernel's order (opos:
+    output channel m stored at channel opos[m], a folded channel shuffle)."""
     (oh, ow), m, c = geo.out_hw, geo.m, geo.c
     mult = m // c if depthwise else 1
     passes = [(b, list(range(p0, min(p0 + group, oh * ow)))) for b in range(geo.n)
@@ -63,7 +65,8 @@ def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, r
         return _window(geo, b, p // ow, p % ow, chans)
 
     def writes(b, p, block):
-        return (b * oh * ow + p) * m + np.asarray(block, np.int64)
+        chans = np.asarray(block, np.int64)
+        return (b * oh * ow + p) * m + (chans if opos is None else np.asarray(opos, np.int64)[chans])
 
     for b, pix in passes:
         if not cblock:
@@ -72,7 +75,10 @@ def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, r
             continue
         for block in blocks:
             if seq:
-                for p in pix:
+                # qdot_mve's plain C computes an odd last pixel as a pair with itself
+                last = (b, pix[-1]) == (geo.n - 1, oh * ow - 1) and (geo.n * oh * ow) % group
+                again = group - len(pix) if last else 0
+                for p in pix + [pix[-1]] * again:
                     yield "r", reads(b, p, block)
                     yield "w", writes(b, p, block)
             else:
@@ -131,14 +137,15 @@ def replay(c) -> int:
         r = root.get(t, t)
         return tid.setdefault(r, len(tid) + 1) * (1 << 32) + idx
 
-    def write(t, idx):
-        shadow[p.tensor_offset[t] + idx] = tag(t, idx)
+    def write(t, idx, at=None):
+        shadow[(p.tensor_offset[t] if at is None else at) + idx] = tag(t, idx)
 
-    def read(node, t, idx):
-        got = shadow[p.tensor_offset[t] + idx]
+    def read(node, t, idx, at=None):
+        at = p.tensor_offset[t] if at is None else at
+        got = shadow[at + idx]
         bad = got != tag(t, idx)
         assert not bad.any(), (f"node '{node}' reads '{t}' byte {int(idx[bad][0])} at arena offset "
-                               f"{p.tensor_offset[t] + int(idx[bad][0])} after it was overwritten")
+                               f"{at + int(idx[bad][0])} after it was overwritten")
 
     for t in g.inputs:
         write(t, np.arange(g.tensors[t].nbytes))
@@ -154,6 +161,10 @@ def replay(c) -> int:
             off = p.scratch_offset[n.name]
             shadow[off:off + p.scratch_size[n.name]] = -2 - i
         a = aliased.get(n.name)
+        if n.op_type == "cuvil.TiledRegion":
+            replay_region(p.tiles[n.name], shadow, read, write, -2 - i, region_geometry(g, n))
+            replayed += a is not None
+            continue
         if a is None:
             for t in ins:
                 read(n.name, t, np.arange(g.tensors[t].nbytes))
@@ -168,7 +179,8 @@ def replay(c) -> int:
         tens = [g.tensors[t] if t else None for t in n.inputs]
         geo = op._params(n, tens).geo
         if prm["model"] == "raster":
-            events = raster_events(geo, prm["depthwise"], prm["group"], prm["cblock"], prm["reverse"], prm["seq"])
+            events = raster_events(geo, prm["depthwise"], prm["group"], prm["cblock"], prm["reverse"], prm["seq"],
+                                   prm.get("opos"))
         elif prm["model"] == "channels":
             events = channel_events(geo, prm)
         else:
@@ -183,6 +195,67 @@ def replay(c) -> int:
         if not g.tensors[t].is_const:
             read("(end of run)", t, np.arange(g.tensors[t].nbytes))
     return replayed
+
+
+def region_geometry(g, node) -> list[dict]:
+    """Each layer's vertical geometry from its own node (the op's parameters),
+    not from what the tiling recorded."""
+    r = node.attrs["_region"]
+    tens = {**g.tensors, **r.tensors}
+    out = []
+    for n in r.nodes:
+        op = ops.get(n.op_type)
+        geo = op._params(n, [tens[t] if t else None for t in n.inputs]).geo
+        out.append(dict(k=(geo.k[0] - 1) * geo.dilations[0] + 1, s=geo.strides[0], pt=geo.pad_begin[0],
+                        h_in=geo.hw[0], h_out=geo.out_hw[0]))
+    return out
+
+
+def band_rows_needed(geo: dict, c0: int, c1: int) -> tuple[int, int]:
+    """Input rows output rows [c0, c1) of a layer read (its kernel window
+    clipped to the input), from the layer's vertical geometry."""
+    return max(0, c0 * geo["s"] - geo["pt"]), min(geo["h_in"], (c1 - 1) * geo["s"] - geo["pt"] + geo["k"])
+
+
+def replay_region(t: dict, shadow, read, write, poison: int, geo: list[dict]) -> None:
+    """A tiled region (ops/tiled.py) as --plan-out describes it, band by band:
+    halo rows moved, then each layer's kernel reads every input row its
+    output rows need (from the region input or the previous layer's buffer)
+    and writes those output rows (into its buffer or the region output); a
+    layer's kernel scratch overwrites whatever it overlaps. Every row read
+    must hold what its layer wrote; every output row is written once."""
+    last = len(t["layers"]) - 1
+    x, y = t["input"], t["output"]
+    bufs = t["buffers"]
+    assert geo == t["geometry"], (geo, t["geometry"])
+    rows_of = [b["row_bytes"] for b in bufs] + [y["row_bytes"]]
+    row_in = [x["row_bytes"]] + rows_of[:-1]
+    done = [np.zeros(g["h_out"], np.int64) for g in geo]
+    for b in t["bands"]:
+        for m in b["moves"]:
+            buf = bufs[m["buffer"]]
+            rb = buf["row_bytes"]
+            src = shadow[buf["offset"] + m["from_row"] * rb:buf["offset"] + (m["from_row"] + m["rows"]) * rb].copy()
+            shadow[buf["offset"]:buf["offset"] + m["rows"] * rb] = src
+        for st in b["steps"]:
+            j = st["layer"]
+            (c0, c1), (r0, r1) = st["rows"], st["reads"]
+            assert (r0, r1) == band_rows_needed(geo[j], c0, c1), (t["node"], j, st)
+            sc = t["scratch"][j]
+            shadow[sc["offset"]:sc["offset"] + sc["bytes"]] = poison
+            src = (x["tensor"], x["offset"]) if j == 0 else (bufs[j - 1]["tensor"], bufs[j - 1]["offset"])
+            idx = np.arange(r0 * row_in[j], r1 * row_in[j])
+            # the input rows sit at src_row (a row of the region input, or of the buffer) onwards
+            at = src[1] + st["src_row"] * row_in[j] - r0 * row_in[j]
+            read(f"{t['node']} layer {j}", src[0], idx, at if j else None)
+            out = np.arange(c0 * rows_of[j], c1 * rows_of[j])
+            if j == last:
+                assert st["dst_row"] == c0
+                write(y["tensor"], out)
+            else:
+                write(bufs[j]["tensor"], out, bufs[j]["offset"] + st["dst_row"] * rows_of[j] - c0 * rows_of[j])
+            done[j][c0:c1] += 1
+    assert np.all(done[-1] == 1), (t["node"], done[-1])
 
 
 # --------------------------------------------------------------------------- poison
@@ -293,6 +366,54 @@ def test_random_chains_alias_most_nodes():
         assert n_alias >= n_nodes // 2, (board, n_alias, n_nodes)
 
 
+def grouped_chain(seed: int):
+    """A chain of grouped QLinearConv layers (NCHW in the model), each but the
+    last followed by a channel shuffle the compiler folds into its stores
+    (passes/fold_shuffle.py: _ochan), between pointwise and depthwise ones."""
+    from test_group_conv import _shuffle_nodes
+    rng = np.random.RandomState(seed)
+    h, w, c = 6, 5, 12
+    nodes, inits, x0 = [], {}, None
+    specs = [((24, 4, 1, 1), dict(group=3), 3), ((24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1]), 0),
+             ((24, 6, 3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[1 + seed % 2] * 2), 4),
+             ((18, 8, 1, 1), dict(group=3), 0)]
+    for i, (ws, attrs, shuffle) in enumerate(specs):
+        node, ini, x = conv_layer(rng, i, (1, c, h, w), ws, attrs)
+        if i == 0:
+            x0 = x
+        else:
+            node.input[0] = src
+        s = attrs.get("strides", [1, 1])[0]
+        p = attrs.get("pads", [0, 0, 0, 0])[0]
+        h, w, c = (h + 2 * p - ws[2]) // s + 1, (w + 2 * p - ws[3]) // s + 1, ws[0]
+        inits.update(ini)
+        nodes.append(node)
+        src = f"y{i}"
+        if shuffle:
+            node.output[0] = f"c{i}"
+            sn, si = _shuffle_nodes(i, f"c{i}", (1, c, h, w), shuffle, f"y{i}")
+            nodes += sn
+            inits.update(si)
+    model = qmodel(nodes, {"x0": (x0.shape, "int8")}, {src: "int8"}, inits)
+    return model, {"x0": x0}
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_grouped_chain_replay_and_poison(board, tmp_path):
+    """The grouped kernels' declared orders (qgconv_dsp, qgdot_mve: pixel
+    pairs, all inputs first; the portable and NEON kernels: pixel by pixel
+    with the channels stored through the folded shuffle) replayed on the
+    plan, and the header run on a poisoned arena."""
+    for seed in range(2):
+        model, feeds = grouped_chain(seed)
+        c = compile_model(model, board=board)
+        grouped = [n.name for n in c.graph.nodes if n.op_type == "QLinearConv" and n.attrs.get("group", 1) in (3, 4)]
+        assert sum(n.attrs.get("_ochan") is not None for n in c.graph.nodes) == 2
+        assert replay(c) == len(c.plan.aliases)
+        assert any(a["node"] in grouped for a in c.plan.aliases), (board, c.plan.aliases)
+        assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, POISON[seed]), feeds)
+
+
 # --------------------------------------------------------------------------- shared models
 
 REPLAYED = [("kws_dscnn", b) for b in ("qemu-mps2-an385", "qemu-mps2-an386", "qemu-mps3-an547")] + \
@@ -401,8 +522,9 @@ def test_mobilenet_v2_inverted_residuals(tmp_path):
     expansion pointwise layers written over their input (C_out = 6 C_in)
     where it dies there,
     depthwise in place, the plan replayed byte by byte, and the DSP header's
-    plain C with a poisoned arena equal to the reference."""
-    c = compile_model(str(MOBILENET), board="qemu-mps2-an386", io="int8")
+    plain C with a poisoned arena equal to the reference (whole layers: the
+    tiled run is tests/test_tiling.py's)."""
+    c = compile_model(str(MOBILENET), board="qemu-mps2-an386", io="int8", patch=False)
     assert replay(c) == len(c.plan.aliases) >= 40
     assert c.plan.arena_size < c.plan.no_alias_bound
     expand = [a for a in c.plan.aliases

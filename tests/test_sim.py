@@ -417,7 +417,7 @@ def test_gen_host_writes_only_the_header(tmp_path):
     out = tmp_path / "out"
     onnx.save(_fc_model(4, 3), tmp_path / "m.onnx")
     assert run_cli("gen", tmp_path / "m.onnx", "-o", out).returncode == 0
-    assert sorted(p.name for p in out.iterdir()) == ["model.h"]
+    assert sorted(p.name for p in out.iterdir()) == [".cuvil-mcu-files", "model.h"]   # + gen's manifest
 
 
 @needs_gcc

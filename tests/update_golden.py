@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# this checkout's compiler, not whichever copy pip installed last (as tests/conftest.py does for pytest)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 from helpers import make_model, node  # noqa: E402
 

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
 import numpy as np
 
-from .. import ops
+from .. import limits, ops
 from ..ir import C_TYPES, Graph, Tensor
+from ..isa import ORDER as ISA_ORDER
 from ..planner import ALIGN, Plan
-from .carray import c_array, c_comment, c_float, c_string
+from .carray import WORDS_FROM, c_array, c_comment, c_float, c_string, c_words, word_count
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -34,11 +36,36 @@ def template_dir() -> Path:
 _ENV: jinja2.Environment | None = None
 
 
+class _TemplateCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs (a fresh process otherwise spends
+    ~0.3 s compiling model.h.j2 and the kernels). Jinja keys each entry on the
+    template's source checksum, so an edited template is compiled again.
+    Best effort, like the compile cache: a folder that cannot be written
+    never fails a gen."""
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _template_cache() -> jinja2.BytecodeCache | None:
+    from .. import cache
+    where = cache.templates_dir()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return _TemplateCache(str(where))
+
+
 def env() -> jinja2.Environment:
     global _ENV
     if _ENV is None:
         _ENV = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(template_dir())),
+            bytecode_cache=_template_cache(),
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -49,6 +76,7 @@ def env() -> jinja2.Environment:
         _ENV.filters["c_float"] = c_float
         _ENV.filters["c_string"] = c_string
         _ENV.filters["c_comment"] = c_comment
+        _ENV.filters["c_words"] = c_words
     return _ENV
 
 
@@ -58,6 +86,12 @@ class Const:
     ctype: str
     data: np.ndarray
     comment: str
+
+    @property
+    def words(self) -> int:
+        """64-bit words the header stores this array in (0: one literal per
+        element, for small arrays): carray.c_words."""
+        return word_count(self.data) if self.data.nbytes >= WORDS_FROM else 0
 
 
 @dataclass
@@ -83,6 +117,9 @@ class Emitter:
     orders: dict = field(default_factory=dict)           # node name -> [(input index, variant, Order | callable)]
     room: dict | None = None     # node name -> arena bytes its kernels may take as scratch (None: none spare)
     _last_read: dict | None = None
+    # node name -> the ISA feature its kernels use on this target ("mve", "dsp", "neon"; absent: portable C),
+    # from the template names (kernels/*_dsp|_mve|_neon.c.j2) whose feature the board has; gen's summary says it
+    isa_used: dict = field(default_factory=dict)
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -93,7 +130,8 @@ class Emitter:
         if t.is_const:
             return self.const(t.data, name=t.name)
         off = self.plan.tensor_offset[t.name]
-        return f"({ctype} *)(a + {off}u)"
+        # a band of a tiled region inside a loop: an expression (ops/tiled.py)
+        return f"({ctype} *)(a + {off})" if isinstance(off, str) else f"({ctype} *)(a + {off}u)"
 
     def scratch(self, ctype: str = "unsigned char") -> str:
         off = self.plan.scratch_offset[self.node.name]
@@ -106,7 +144,7 @@ class Emitter:
         name = self.node.name
         at = self.scratch_bytes.get(name, 0)
         self.scratch_bytes[name] = at + -(-int(nbytes) // ALIGN) * ALIGN
-        if not isinstance(self.plan, _Probe) and (name not in self.plan.scratch_offset
+        if not getattr(self.plan, "probe", False) and (name not in self.plan.scratch_offset
                                                   or self.plan.scratch_size[name] < self.scratch_bytes[name]):
             raise RuntimeError(f"node '{name}': its kernel takes {self.scratch_bytes[name]} B of scratch the plan "
                                "does not have (plan with the lowering's scratch: compiler.plan_and_render)")
@@ -150,7 +188,9 @@ class Emitter:
                 for u in n.inputs:
                     if u:
                         self._last_read[u] = i
-        step = next(i for i, n in enumerate(self.graph.nodes) if n is self.node)
+        step = next((i for i, n in enumerate(self.graph.nodes) if n is self.node), None)
+        if step is None:       # a band of a tiled region: its input is a buffer of the region
+            return False
         if getattr(self.graph, "preserve_inputs", False) and name in self.graph.inputs:
             return False
         return self._last_read.get(name) == step and name not in self.graph.outputs
@@ -161,7 +201,7 @@ class Emitter:
         if data.dtype == np.bool_:
             data = data.astype(np.uint8)
         ctype = ctype or C_TYPES[data.dtype.name]
-        key = (ctype, data.dtype.str, data.shape, hashlib.sha256(data.tobytes()).hexdigest())
+        key = (ctype, data.dtype.str, data.shape, hashlib.sha256(data.reshape(-1).view(np.uint8)).hexdigest())
         if key in self._const_by_key:
             return self._const_by_key[key]
         base = re.sub(r"[^A-Za-z0-9_]", "_", name)[:40].strip("_") or "c"
@@ -195,6 +235,27 @@ class Emitter:
             del self.consts[symbol]
             self._const_by_key = {key: s for key, s in self._const_by_key.items() if s != symbol}
 
+    @contextmanager
+    def band(self, node, tensors: dict, scratch_at: int = 0, scratch_size: int | None = None):
+        """Emit `node`, one band of a tiled region's layer (ops/tiled.py; not
+        a graph node), inside this block: its tensors (by name) at the given
+        arena offsets (ints, or C expressions inside a loop), its kernel
+        scratch at scratch_at (scratch_size None: measuring, no check). The
+        orders its kernels declare are dropped (the region declares its own);
+        the block's value is a dict whose "scratch" is, after the block, the
+        bytes of scratch its kernels took."""
+        outer_plan, outer_node = self.plan, self.node
+        self.plan = _BandPlan(outer_plan, tensors, node.name, scratch_at, scratch_size)
+        self.node = node
+        self.scratch_bytes.pop(node.name, None)
+        info = {}
+        try:
+            yield info
+        finally:
+            info["scratch"] = self.scratch_bytes.pop(node.name, 0)
+            self.orders.pop(node.name, None)
+            self.plan, self.node = outer_plan, outer_node
+
     # --- literals ----------------------------------------------------------
     @staticmethod
     def f32(x: float) -> str:
@@ -206,6 +267,11 @@ class Emitter:
         function name. A variant dict is passed to the template and its
         'name' key suffixes the function name."""
         fname = f"{self.prefix}__{template}"
+        feature = template.rsplit("_", 1)[-1]
+        if self.node is not None and feature in ISA_ORDER and self.target is not None and self.target.has(feature):
+            was = self.isa_used.get(self.node.name)
+            if was is None or ISA_ORDER.index(feature) < ISA_ORDER.index(was):
+                self.isa_used[self.node.name] = feature
         if variant and variant.get("name"):
             fname += "_" + variant["name"]
         if fname not in self.kernels:
@@ -224,11 +290,11 @@ class Emitter:
 
 
 def act_bounds(node) -> tuple[str, str]:
-    """C literals for the fused clamp of node (float domain)."""
-    if node.act is None:
-        return "-FLT_MAX", "FLT_MAX"
-    lo, hi = node.act
-    return c_float(lo, clamp_inf=True), c_float(hi, clamp_inf=True)
+    """C literals for the fused clamp of node (float domain). Open ends are
+    +-INFINITY, not +-FLT_MAX: an infinite result passes through unclamped,
+    as in onnxruntime (and NaN fails both comparisons, so it passes too)."""
+    lo, hi = node.act if node.act is not None else (-np.inf, np.inf)
+    return c_float(lo), c_float(hi)
 
 
 def io_info(g: Graph, plan: Plan, names: list[str]) -> list[dict]:
@@ -236,7 +302,8 @@ def io_info(g: Graph, plan: Plan, names: list[str]) -> list[dict]:
     for i, name in enumerate(names):
         t = g.tensors[name]
         out.append({
-            "index": i, "name": name, "shape": list(t.shape), "rank": len(t.shape),
+            "index": i, "name": name, "macro_name": limits.name_in_macro(name),
+            "shape": list(t.shape), "rank": len(t.shape),
             "size": t.size, "bytes": t.nbytes, "dtype": t.dtype, "ctype": t.ctype,
             "offset": plan.tensor_offset[name],
             "quant": t.quant,
@@ -255,6 +322,8 @@ class Rendered:
     kernels: list[str]           # function names of the kernels emitted
     blob: bytes | None = None    # weights="separate": <name>.weights.bin (codegen/blob.py)
     stack_bound: int = 0         # bytes of stack <prefix>_run and its kernels take at most
+    isa_used: dict = field(default_factory=dict)   # node name -> ISA feature of its kernels (Emitter.isa_used)
+    consts: list = field(default_factory=list)   # the Const arrays (symbol, C type, data), in or beside the header
 
 
 # Bytes of stack <prefix>_run and the kernels it calls may take, by the
@@ -302,10 +371,24 @@ def _emit_nodes(g: Graph, k: Emitter) -> None:
 class _Probe:
     """The plan stand-in while lowering: every offset 0."""
 
+    probe = True
+
     def __init__(self):
         from collections import defaultdict
         self.tensor_offset = defaultdict(int)
         self.scratch_offset = defaultdict(int)
+
+
+class _BandPlan:
+    """The plan as one band of a tiled region sees it (Emitter.band)."""
+
+    def __init__(self, outer, tensors: dict, name: str, scratch_at: int, scratch_size: int | None):
+        from collections import ChainMap
+        self.probe = getattr(outer, "probe", False) or scratch_size is None
+        self.tensor_offset = ChainMap(tensors, outer.tensor_offset)
+        self.scratch_offset = {name: scratch_at}
+        self.scratch_size = {name: scratch_size or 0}
+        self.variants = {}
 
 
 @dataclass
@@ -360,13 +443,27 @@ def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board:
         "states": states,
         "weights_bytes": sum(c.data.nbytes for c in k.consts.values()),
         "wblob": None,
+        "words_from": WORDS_FROM,
         "stack_bound": stack_bound(target),
     }
     if weights == "separate":
         return _render_separate(ctx, k)
-    text = env().get_template("model.h.j2").render(**ctx)
-    return Rendered(re.sub(r"\n{3,}", "\n\n", text), ctx["weights_bytes"], list(k.kernels),
-                    stack_bound=ctx["stack_bound"])
+    # The template marks where each array's words go; they are printed after
+    # the blank lines are squeezed (no pass over megabytes of hex).
+    words: list[np.ndarray] = []
+
+    def mark(data: np.ndarray) -> str:
+        words.append(data)
+        return f"\0{len(words) - 1}\0"
+
+    ctx["words"] = mark
+    text = _squeeze_blank_lines(env().get_template("model.h.j2").render(**ctx))
+    parts = text.split("\0")
+    assert len(parts) == 2 * len(words) + 1, "a NUL character in the rendered header"
+    parts[1::2] = [c_words(words[int(i)]) for i in parts[1::2]]
+    return Rendered("".join(parts), ctx["weights_bytes"], list(k.kernels),
+                    stack_bound=ctx["stack_bound"], isa_used=dict(k.isa_used),
+                    consts=ctx["consts"])
 
 
 def _render_separate(ctx: dict, k: Emitter) -> Rendered:
@@ -381,12 +478,20 @@ def _render_separate(ctx: dict, k: Emitter) -> Rendered:
                     "crc_at": blob.CRC_AT, "crc_table": blob.crc_nibble_table(),
                     "hash": blob.HASH_PLACEHOLDER}
     tpl = env().get_template("model.h.j2")
-    text = re.sub(r"\n{3,}", "\n\n", tpl.render(**ctx))
+    text = _squeeze_blank_lines(tpl.render(**ctx))
     # The model file's name is a comment: the same code from a renamed file takes the same blobs.
     ghash = blob.graph_hash(tpl.render(**dict(ctx, source="")), __version__)
     text = text.replace(blob.HASH_PLACEHOLDER, ", ".join(f"0x{b:02x}" for b in ghash))
     return Rendered(text, 0, list(k.kernels), blob.pack(consts, offsets, total, ghash),
-                    stack_bound=ctx["stack_bound"])
+                    stack_bound=ctx["stack_bound"], isa_used=dict(k.isa_used), consts=consts)
+
+
+def _squeeze_blank_lines(text: str) -> str:
+    """Runs of blank lines the template's conditionals leave become one
+    (str.replace: a regex over a 50 MB header took a second and a half)."""
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
 
 
 def _comment_safe(s: str) -> str:

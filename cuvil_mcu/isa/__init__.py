@@ -12,7 +12,10 @@ params) -> bool`; kinds so far: "qconv" (QLinearConv/ConvInteger, params =
 the op's `_params` result), "qgemm" (the QGemm/QLinearMatMul kernel call,
 params = the keyword arguments of ops.qgemm.emit_qgemm), "qadd" (QLinearAdd in
 fixed mode, params = dict dt, a, b, y, za, zb, zc, params (add_fixed_params),
-lo, hi), "qavgpool" (QLinearAveragePool, params: see ops/qpool.py).
+lo, hi), "qavgpool" (QLinearAveragePool, params: see ops/qpool.py), "qconvt"
+(cuvil.QConvTranspose, params = ops/convtranspose.QConvT), "qresize" (cuvil.QResize
+bilinear: params = the qresize_s8 variant dict, which an ISA module may
+extend; it returns False and the op renders it).
 """
 from __future__ import annotations
 

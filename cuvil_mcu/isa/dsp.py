@@ -31,6 +31,8 @@ Handled (else the functions return False and the portable kernel runs):
   (SXTB16 / SXTB16 ror 8) and shared by all output channels; weights are
   pre-arranged [channel pair][row][4-byte group][2][4] so each weight word
   is one load + two SXTB16 feeding 4 SMLADs.
+- qconv, grouped (1 < groups, cg > 1) -> dsp_group.py: qgconv_dsp, the
+  paired-channel arithmetic on each group's 4-byte chunks of the input.
 - qconv, depthwise with multiplier 1 (NHWC), c % 4 == 0, kh*kw <= 16,
   stride_w <= 2 -> qdwpad_dsp: per output row the kh input rows are copied
   into a stack buffer with the padding made explicit, then 3 neighbouring
@@ -44,8 +46,8 @@ Handled (else the functions return False and the portable kernel runs):
   channels share each word of A; kk is a literal so B's rows are reached
   with immediate offsets.
 Not handled (portable kernel): float requantization, uint8 activations or
-outputs, weights that need int16 after the zero point, grouped convolution,
-depthwise multiplier > 1, dilation, ConvInteger / MatMulInteger (int32
+outputs, weights that need int16 after the zero point, grouped convolution
+outside dsp_group.py's limits, depthwise multiplier > 1, dilation, ConvInteger / MatMulInteger (int32
 output), run-time B, batched MatMul, NCHW, buffers > MAX_STACK.
 
 Buffers (border copies, split activations, row copies) are arena scratch
@@ -154,6 +156,11 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     if p.rq.mode != "fixed" or not p.cl or x.dtype != "int8" or outs[0].dtype != "int8":
         return False
     if tuple(geo.dilations) != (1, 1) or len(geo.k) != 2:
+        return False
+    if geo.group > 1 and geo.cg > 1:   # grouped (dsp_group.py: qgconv_dsp), channel shuffle folded in or not
+        from . import dsp_group
+        return dsp_group.emit(node, x, w, outs, k, p)
+    if p.ochan is not None:   # (passes/fold_shuffle.py sets it on grouped layers only)
         return False
     if geo.group > 1 and geo.cg == 1 and geo.mg == 1:
         return _depthwise(node, x, w, outs, k, p)
@@ -372,3 +379,9 @@ def emit_qadd(op, node, ins, outs, k, params) -> bool:
     k.line(f"{fn}({k.ptr(y)}, {k.ptr(a)}, {k.ptr(b)}, {y.size}, {k.const(ta, f'{node.name}_ta')}, "
            f"{k.const(tb, f'{node.name}_tb')});")
     return True
+
+
+def emit_qconvt(op, node, ins, outs, k, p) -> bool:
+    """cuvil.QConvTranspose: one qconvt_dsp call per output phase (dsp_convt.py)."""
+    from . import dsp_convt
+    return dsp_convt.emit(node, ins, outs, k, p)

@@ -18,6 +18,9 @@ geometry; identical layers share it):
   the input filled with x_zp, so -x_zp * sum(w) folded into the bias is right
   for every pixel); a 1x1 kernel without padding reads x directly, its last
   partial chunk tail-predicated (VCTP).
+- grouped convolutions (1 < groups, more than one input channel per
+  group): `qgdot_mve` (mve_group.py) — qdot_mve's arithmetic on each
+  group's window, both pixels' windows of every group copied first.
 - depthwise convolutions with channel multiplier 1 whose window, in the
   ring below, fits 16 bytes ((kw-1)*dw+1 columns x (kh-1)*dh+1 rows, so
   3x3, 2x2 dilated, 1xk ...): `qdwdot_mve` — input rows copied (8-byte
@@ -124,6 +127,11 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
     wmax = int(np.abs(wq.astype(np.int64)).max()) if wq.size else 0
     check_acc(node, int(max(np.abs(bias).max(), np.abs(folded).max()))
               + geo.cg * kh * kw * wmax * max(offset_range(x.dtype, -p.x_zp), offset_range(x.dtype, 0)))
+    if geo.group > 1 and geo.cg > 1:   # grouped (mve_group.py: qgdot_mve), channel shuffle folded in or not
+        from . import mve_group
+        return mve_group.emit(node, k, geo, p, wq, folded, x, outs[0], w.name)
+    if p.ochan is not None:   # (passes/fold_shuffle.py sets it on grouped layers only)
+        return False
     if depthwise:
         if geo.mg != 1:
             return False
@@ -506,3 +514,21 @@ def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
            f"{k.const(th.reshape(-1).astype(np.int32), 'pool_rows')}, "
            f"{k.const(tw.reshape(-1).astype(np.int32), 'pool_cols')}, {k.const(rc.view(np.int32), 'pool_recip')});")
     return True
+
+
+def emit_qconvt(op, node, ins, outs, k, params) -> bool:
+    """cuvil.QConvTranspose: qconvt_mve calls over the output phases (mve_convt.py)."""
+    from . import mve_convt
+    return mve_convt.emit(node, ins, outs, k, params)
+
+
+def emit_qresize(op, node, ins, outs, k, variant) -> bool:
+    """cuvil.QResize bilinear, TFLM's recipe (fixed mode) on int8: the
+    kernel's Helium loop (4 channels a vector, qresize_s8.c.j2). Marks the
+    variant and lets the op render it (returns False: the call is the op's)."""
+    if variant["rq"] == "fixed" and variant["xt"] == "int8_t":
+        k.kernel("requant_mve")     # arm_mve.h, included once for every Helium kernel
+        variant["mve"] = True
+        variant["c4"] = outs[0].shape[-1] % 4 == 0 and bool(node.attrs.get("_channels_last"))
+        variant["name"] += "_mve" + ("4" if variant["c4"] else "")
+    return False

@@ -4,7 +4,8 @@ with NEON, aarch64), through arm_neon.h.
 Covered (else these return False and the op emits its portable kernel):
 - qconv: QLinearConv / ConvInteger with channels_last = 1 (NHWC), int8 input,
   weights that fit int8 after their zero point is subtracted; the general
-  kernel (any groups, kernel, stride, dilation, padding: dot products over
+  kernel (any groups, kernel, stride, dilation, padding, a channel shuffle
+  folded into its stores: dot products over
   the contiguous input channels of each tap, over whole kernel rows when the
   taps of a row are adjacent) and depthwise with channel multiplier 1
   (8 channels a step);
@@ -56,7 +57,7 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
         return False
     kh, kw = geo.k
     depthwise = geo.cg == 1 and geo.group > 1
-    if depthwise and geo.mg != 1:
+    if depthwise and (geo.mg != 1 or p.ochan is not None):
         return False
     if offset_weights(np.asarray(w.data).reshape(geo.m, geo.cg, kh, kw), p.w_zp, 0).dtype != np.int8:
         return False
@@ -73,9 +74,11 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
         template = "qconv_neon"
         pair = _no_min(wk)
         unused += ["col_step"] if merge else []
-        variant = {"merge": merge, "pair": pair}
+        # omap: a channel shuffle folded into the stores (passes/fold_shuffle.py)
+        variant = {"merge": merge, "pair": pair, "omap": p.ochan is not None}
     name = (f"s8s8{CODES[outs[0].dtype]}_{p.rq.mode}"
-            + ("" if depthwise else ("_run" if merge else "_tap") + ("_x16" if variant["pair"] else "_x8")))
+            + ("" if depthwise else ("_run" if merge else "_tap") + ("_x16" if variant["pair"] else "_x8"))
+            + ("_om" if variant.get("omap") else ""))
     _requant_helpers(k, p.rq.mode)
     fn = k.kernel(template, dict(variant, name=name, yt=CTYPES[outs[0].dtype], rq=p.rq.mode,
                                  fields=QCONV_FIELDS, unused=unused))
@@ -85,8 +88,10 @@ def emit_qconv(op, node, ins, outs, k, p) -> bool:
     # per pixel, blocks of 4 (conv) / 8 (depthwise) channels: one channel at a
     # time is the conservative model of both
     if outs[0].dtype in ("int8", "uint8"):   # (the order models count one-byte elements)
-        k.order(op.X, lambda: windows.raster(geo, depthwise, group=1, cblock=1, what=f"{template}: pixels"))
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
+        k.order(op.X, lambda: windows.raster(geo, depthwise, group=1, cblock=1, opos=p.ochan,
+                                             what=f"{template}: pixels"))
+    om = "" if p.ochan is None else f", {k.const(p.ochan.astype(np.int32), f'{node.name}_ochan')}"
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{om}{p.rq.c_args(k, node.name)});")
     return True
 
 

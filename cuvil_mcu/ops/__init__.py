@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import _REGISTRY, Op
+from .base import _REGISTRY, Op, evaluate  # noqa: F401
 
 _loaded = False
 

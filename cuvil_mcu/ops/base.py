@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError, UnsupportedOpError
+from ..errors import ModelLoadError, ShapeError, UnsupportedOpError
 from ..ir import Node, Tensor
 
 _REGISTRY: dict[str, "Op"] = {}
+NOT_TILED = "{} is not tiled"     # Op.band_rows of ops without a band rule
 
 
 def register(*op_types: str):
@@ -64,20 +65,66 @@ class Op:
     def scratch(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]) -> int:
         return 0
 
+    def fold_cost(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], loops: int = 0) -> int:
+        """Work of evaluating `reference` on constant inputs (limits.MAX_FOLD_COST):
+        multiply-adds plus output elements; ops whose reference loops in Python
+        add those `loops` iterations, weighted (each costs a numpy call)."""
+        return self.macs(node, ins, outs) + sum(t.size for t in outs) + 4096 * loops
+
     def emit(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], k) -> None:
+        raise NotImplementedError
+
+    def band_rows(self, node: Node, ins: list[Tensor | None], outs: list[Tensor]):
+        """Patch-based execution (planner/tiling.py, ops/tiled.py): the
+        vertical geometry (tiling.Rows) when output rows can be computed band
+        by band from a band of input 0's rows by this op's own kernel on
+        sub-views (NHWC rows), else a short reason why not."""
+        return NOT_TILED.format(node.op_type)
+
+    def band_node(self, node: Node, ins: list[Tensor | None], outs: list[Tensor], c0: int, c1: int,
+                  x: Tensor, y: Tensor) -> Node:
+        """The node computing output rows [c0, c1) of `node` from input x (a
+        band of input 0's rows) into y (those output rows): `node` with the
+        band's padding (only for ops whose band_rows returns Rows)."""
         raise NotImplementedError
 
     def can_inplace(self, node: Node) -> bool:
         """Whether this node may write output 0 over an input (see `inplace`)."""
         return self.inplace
 
+    def known_outputs(self, node: Node, ins: list[Tensor | None]) -> dict[int, np.ndarray]:
+        """Outputs whose value does not depend on the run-time inputs (Dropout's
+        mask at inference), by output index. The loader makes them constants
+        and detaches them from the node."""
+        return {}
+
     def check(self, node: Node, ins: list[Tensor | None]) -> None:
         """Raise UnsupportedOpError (via `unsupported`) for attribute values or
         dtypes this op cannot compile. Called before `infer`."""
 
 
+def evaluate(op: Op, n: Node, ins, outs) -> list:
+    """op's reference on constant inputs. Empty tensors (a dimension 0) are
+    legal ONNX but most references assume data (a max over nothing): a
+    failure there is the model's degenerate input, said so; any other
+    failure is a bug and propagates."""
+    try:
+        with np.errstate(all="ignore"):
+            return op.reference(n, ins, *[t.data if t is not None else None for t in ins])
+    except (ValueError, IndexError, ZeroDivisionError) as e:
+        if any(t is not None and t.size == 0 for t in list(ins) + list(outs)):
+            raise ShapeError(f"node '{n.name}' ({n.op_type}): cannot be evaluated on an empty tensor "
+                             f"({type(e).__name__}: {e})") from None
+        raise
+
+
 def unsupported(node: Node, why: str) -> UnsupportedOpError:
     return UnsupportedOpError([f"node '{node.name}' ({node.op_type}): {why}"])
+
+
+def invalid(node: Node, why: str) -> ModelLoadError:
+    """An attribute or constant value the op's definition forbids (the model is invalid)."""
+    return ModelLoadError(f"node '{node.name}' ({node.op_type}): {why}")
 
 
 def shape_error(node: Node, why: str) -> ShapeError:
@@ -98,6 +145,8 @@ def const_ints(node: Node, t: Tensor | None, what: str) -> list[int] | None:
         return None
     if not t.is_const:
         raise unsupported(node, f"{what} '{t.name}' must be a constant (computed at run time here)")
+    if t.data.dtype.kind not in "iub":
+        raise shape_error(node, f"{what} '{t.name}' must hold integers, it is {t.dtype}")
     return [int(v) for v in np.asarray(t.data).reshape(-1)]
 
 
@@ -106,11 +155,13 @@ def const_float(node: Node, t: Tensor | None, what: str, default: float) -> floa
         return default
     if not t.is_const:
         raise unsupported(node, f"{what} '{t.name}' must be a constant")
+    if t.data.size != 1:
+        raise shape_error(node, f"{what} '{t.name}' must hold one value, it holds {t.data.size}")
     return float(np.asarray(t.data).reshape(-1)[0])
 
 
 def norm_axis(node: Node, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
+    if not -rank <= axis < rank:   # (a scalar has no axis: every caller indexes the shape with it)
         raise shape_error(node, f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 

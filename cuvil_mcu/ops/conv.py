@@ -13,7 +13,9 @@ multiply-add: output rows/columns whose kernel window lies inside the input
 rows/columns read their valid kernel range and first input index from small
 tables computed here. Small kernels (KH*KW <= MAX_FIXED_TAPS) get a variant
 with the kernel size fixed at compile time so the C compiler unrolls the
-interior loops.
+interior loops. A layer carrying `_ochan` (a channel shuffle folded into it,
+see out_channels) runs on `conv2d_f32`, which stores each output channel
+plane at its position.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import limits
 from .base import Op, apply_act, register, require_float, shape_error, unsupported
 from .gemm import emit_matmul
 
@@ -107,6 +110,9 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
     pads = _ints(node, "pads", [0] * 2 * sp, 2 * sp)
     if min(strides) < 1 or min(dil) < 1:
         raise shape_error(node, f"strides {strides} and dilations {dil} must be >= 1")
+    for what, vals in (("strides", strides), ("dilations", dil), ("pads", pads)):
+        for v in vals:
+            limits.check_extent(v, f"node '{node.name}' ({node.op_type}): {what} value")
     if min(pads) < 0:
         raise unsupported(node, f"negative pads {pads}")
     if min(ks) < 1:
@@ -144,6 +150,15 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
                         tuple(begin), tuple(end), tuple(out))
 
 
+def check_conv_limits(node, geo: ConvGeometry, dtype: str) -> None:
+    """Output size and border tables within limits.py, before anything loops
+    over output positions (also for the integer convolutions)."""
+    limits.check_shape(geo.out_shape, np.dtype(dtype).itemsize, f"node '{node.name}' ({node.op_type}): output")
+    limits.check_table_rows(geo.n, f"node '{node.name}' ({node.op_type}): the batch")
+    for ax, rows in zip("HW", border_rows(geo)):
+        limits.check_table_rows(rows, f"node '{node.name}' ({node.op_type}): the border of axis {ax}")
+
+
 def conv_nchw(x: np.ndarray, w: np.ndarray, geo: ConvGeometry, dtype=np.float64) -> np.ndarray:
     """Straightforward convolution in `dtype` (float64, or int64 for the exact
     integer reference): zero-pad the input, then for each kernel tap add the
@@ -173,16 +188,56 @@ def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, geo: Conv
     return y.reshape(geo.out_shape)
 
 
+def _interior(n_in: int, n_out: int, k: int, s: int, d: int, p: int) -> tuple[int, int]:
+    """[a, b): the output positions whose whole kernel window lies inside the
+    input (o*s - p >= 0 and o*s - p + (k-1)*d < n_in); (n_out, n_out) if none."""
+    a = max(0, -(-p // s))
+    b = min(n_out, (n_in - 1 - (k - 1) * d + p) // s + 1)
+    return (a, b) if a < b else (n_out, n_out)
+
+
+def border_rows(geo: ConvGeometry) -> list[int]:
+    """Rows of the border tables per axis (H, W): positions outside the interior."""
+    rows = []
+    for ax in range(2):
+        a, b = _interior(geo.hw[ax], geo.out_hw[ax], geo.k[ax], geo.strides[ax], geo.dilations[ax],
+                         geo.pad_begin[ax])
+        rows.append(a + geo.out_hw[ax] - b)
+    return rows
+
+
+def out_channels(node, m: int) -> np.ndarray | None:
+    """The node's `_ochan` (set by passes/fold_shuffle.py): the channel
+    position at which output channel m of the convolution is stored, a
+    permutation of range(M) (a channel shuffle after the layer, folded into
+    its stores); None: the natural order."""
+    v = node.attr("_ochan")
+    if v is None:
+        return None
+    pos = np.asarray(v, np.int64).reshape(-1)
+    if pos.size != m or not np.array_equal(np.sort(pos), np.arange(m)):
+        raise shape_error(node, f"_ochan must be a permutation of the {m} output channels")
+    return pos
+
+
+def place_channels(y: np.ndarray, pos: np.ndarray | None, axis: int) -> np.ndarray:
+    """Output channel m of y stored at position pos[m] of `axis`."""
+    if pos is None:
+        return y
+    return np.take(y, np.argsort(pos), axis=axis)
+
+
 def _border_tables(n_in: int, n_out: int, k: int, s: int, d: int, p: int):
     """Interior [a, b) of output positions whose kernel window lies inside the
     input, and a table (3 ints per border position, positions [0, a) then
     [b, n_out)): first valid tap, end tap, input index of the first valid tap."""
     def taps(o):
-        valid = [t for t in range(k) if 0 <= o * s - p + t * d < n_in]
-        return (valid[0], valid[-1] + 1, o * s - p + valid[0] * d) if valid else (0, 0, 0)
+        start = o * s - p
+        lo = max(0, -(start // d))                 # first tap at or after input index 0
+        hi = min(k - 1, (n_in - 1 - start) // d)   # last tap before n_in
+        return (lo, hi + 1, start + lo * d) if lo <= hi else (0, 0, 0)
 
-    full = [o for o in range(n_out) if o * s - p >= 0 and o * s - p + (k - 1) * d < n_in]
-    a, b = (full[0], full[-1] + 1) if full else (n_out, n_out)
+    a, b = _interior(n_in, n_out, k, s, d, p)
     table = [v for o in list(range(a)) + list(range(b, n_out)) for v in taps(o)]
     return a, b, table
 
@@ -215,12 +270,17 @@ class Conv(Op):
         b = ins[2] if len(ins) > 2 else None
         if b is not None and tuple(b.shape) != (geo.m,):
             raise shape_error(node, f"bias {list(b.shape)} must be [{geo.m}]")
+        check_conv_limits(node, geo, ins[0].dtype)
         return [(geo.out_shape, ins[0].dtype)]
+
+    def fold_cost(self, node, ins, outs):
+        geo = conv_geometry(node, ins[0].shape, ins[1].shape)   # the reference loops over groups and taps
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def reference(self, node, ins, x, w, b=None):
         geo = conv_geometry(node, np.shape(x), np.shape(w))
         y = conv_reference(x, w, b, geo).astype(np.asarray(x).dtype)
-        return [apply_act(y, node.act)]
+        return [place_channels(apply_act(y, node.act), out_channels(node, geo.m), 1)]
 
     def macs(self, node, ins, outs):
         geo = conv_geometry(node, ins[0].shape, ins[1].shape)
@@ -236,7 +296,8 @@ class Conv(Op):
         y_ptr, x_ptr = k.ptr(outs[0]), k.ptr(x)
         w_data = np.ascontiguousarray(np.asarray(w.data, np.float32))
         b_ptr = k.ptr(b) if b is not None else None
-        kind = _kind(geo)
+        pos = out_channels(node, geo.m)
+        kind = _kind(geo) if pos is None else "direct"   # (only the direct kernel places channels)
         if kind == "pointwise":
             p = geo.hw[0] * geo.hw[1]
             # Y[M, P] = W[M, C] x X[C, P] + bias[M] (broadcast along P), per image.
@@ -260,10 +321,13 @@ class Conv(Op):
         template = "dwconv2d_f32" if kind == "depthwise" else "conv2d_f32"
         wsym = k.weight(w_data, w.name)
         half = wsym in k.half_symbols
-        variant = {"name": "_".join(filter(None, [f"k{kh}x{kw}" if fixed else "", "h" if half else ""])),
-                   "kh": kh if fixed else 0, "kw": kw if fixed else 0, "fields": CONV_FIELDS, "fp16": half}
+        variant = {"name": "_".join(filter(None, [f"k{kh}x{kw}" if fixed else "", "h" if half else "",
+                                                  "om" if pos is not None else ""])),
+                   "kh": kh if fixed else 0, "kw": kw if fixed else 0, "fields": CONV_FIELDS, "fp16": half,
+                   "omap": pos is not None}
         fn = k.kernel(template, variant)
         lo, hi = act_bounds(node)
         g = k.const(geo_arr.astype(np.int32), "conv_geo")
-        k.line(f"{fn}({y_ptr}, {x_ptr}, {wsym}, {b_ptr if b_ptr else 'NULL'}, {g}, {lo}, {hi});")
+        omap = "" if pos is None else ", " + k.const(pos.astype(np.int32), f"{node.name}_ochan")
+        k.line(f"{fn}({y_ptr}, {x_ptr}, {wsym}, {b_ptr if b_ptr else 'NULL'}, {g}, {lo}, {hi}{omap});")
 

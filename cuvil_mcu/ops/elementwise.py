@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from .base import Op, apply_act, broadcast_shape, const_float, register, require_float, shape_error, unsupported
+from .base import (Op, apply_act, broadcast_shape, const_float, invalid, register, require_float, shape_error,
+                   unsupported)
 
 MAX_DIMS = 6
 
@@ -24,8 +25,9 @@ BINARY = {
     "Mul": (np.multiply, "x * y"),
     "Div": (np.divide, "x / y"),
     "Pow": (np.power, "powf(x, y)"),
-    "Max": (np.maximum, "(x > y || y != y) ? x : y"),
-    "Min": (np.minimum, "(x < y || y != y) ? x : y"),
+    # NaN in either operand gives NaN, as numpy and onnxruntime
+    "Max": (np.maximum, "(x > y || x != x) ? x : y"),
+    "Min": (np.minimum, "(x < y || x != x) ? x : y"),
 }
 
 
@@ -118,7 +120,10 @@ class Binary(Op):
         if node.op_type == "Pow" and np.issubdtype(np.asarray(a).dtype, np.floating):
             y = np.power(a, np.asarray(b, dtype=np.asarray(a).dtype))
         elif node.op_type == "Div" and np.issubdtype(np.asarray(a).dtype, np.integer):
-            y = np.trunc(np.asarray(a) / np.asarray(b)).astype(np.asarray(a).dtype)
+            if np.any(np.asarray(b) == 0):
+                raise invalid(node, f"integer division by zero (divisor '{node.input(1)}' holds 0)")
+            with np.errstate(all="ignore"):
+                y = np.trunc(np.asarray(a) / np.asarray(b)).astype(np.asarray(a).dtype)
         else:
             y = BINARY[node.op_type][0](a, b)
         y = np.asarray(y).astype(np.asarray(a).dtype)
@@ -148,7 +153,7 @@ class Binary(Op):
             stra = k.const(np.array(sa, np.int32), "bcast_stride")
             strb = k.const(np.array(sb, np.int32), "bcast_stride")
             k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(a)}, {k.ptr(b)}, {dims}, {stra}, {strb}, "
-                   f"{lo if last else '-FLT_MAX'}, {hi if last else 'FLT_MAX'});")
+                   f"{lo if last else '-INFINITY'}, {hi if last else 'INFINITY'});")
 
 
 @register("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish",
@@ -164,6 +169,8 @@ class Unary(Op):
             for i, what in ((1, "min"), (2, "max")):
                 if len(ins) > i and ins[i] is not None and not ins[i].is_const:
                     raise unsupported(node, f"Clip {what} '{ins[i].name}' must be a constant")
+            if any(np.isnan(v) for v in _unary_params(node, ins)):
+                raise invalid(node, f"a bound is NaN {list(_unary_params(node, ins))}")
 
     def infer(self, node, ins):
         return [(ins[0].shape, ins[0].dtype)]
@@ -191,30 +198,36 @@ def broadcast_strides(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ..
     """Output shape and element strides of a and b (0 where broadcast) over
     the output shape `out` (default: a and b broadcast), with mergeable
     neighbouring dimensions merged, padded to MAX_DIMS."""
-    out = tuple(np.broadcast_shapes(a, b, *([out] if out is not None else [])))
+    dims, (sa, sb) = broadcast_strides_n([a, b], out)
+    return dims, sa, sb
+
+
+def broadcast_strides_n(shapes, out: tuple[int, ...] | None = None):
+    """broadcast_strides for any number of operands: (dims, [strides per
+    operand]), each list MAX_DIMS long, outer first."""
+    out = tuple(np.broadcast_shapes(*shapes, *([out] if out is not None else [])))
     r = len(out)
-    a = (1,) * (r - len(a)) + tuple(a)
-    b = (1,) * (r - len(b)) + tuple(b)
 
     def strides(s):
+        s = (1,) * (r - len(s)) + tuple(s)
         st, acc = [0] * r, 1
         for i in range(r - 1, -1, -1):
             st[i] = acc if s[i] != 1 else 0
             acc *= s[i]
         return st
 
-    sa, sb = strides(a), strides(b)
-    dims = [(out[i], sa[i], sb[i]) for i in range(r) if out[i] != 1]
+    ss = [strides(s) for s in shapes]
     merged: list[list[int]] = []
-    for d, x, y in dims:
-        if merged:
-            pd, px, py = merged[-1]
-            # previous (outer) dim merges if each operand is contiguous across both or broadcast in both
-            if px == x * d and py == y * d:
-                merged[-1] = [pd * d, x, y]
-                continue
-        merged.append([d, x, y])
+    for i in range(r):
+        if out[i] == 1:
+            continue
+        d, xs = out[i], [st[i] for st in ss]
+        # the previous (outer) dim merges if each operand is contiguous across both or broadcast in both
+        if merged and all(px == x * d for px, x in zip(merged[-1][1], xs)):
+            merged[-1] = [merged[-1][0] * d, xs]
+            continue
+        merged.append([d, xs])
     if len(merged) > MAX_DIMS:
         raise ValueError(f"broadcast over {len(merged)} dimensions (at most {MAX_DIMS})")
-    merged = [[1, 0, 0]] * (MAX_DIMS - len(merged)) + merged
-    return [m[0] for m in merged], [m[1] for m in merged], [m[2] for m in merged]
+    merged = [[1, [0] * len(shapes)]] * (MAX_DIMS - len(merged)) + merged
+    return [m[0] for m in merged], [[m[1][j] for m in merged] for j in range(len(shapes))]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import limits
 from .base import Op, apply_act, broadcast_shape, register, require_float, shape_error
 
 # Order of the integers at the head of matmul_f32's `geo` array; the batch
@@ -192,6 +193,24 @@ def _batch_offsets(shape: tuple[int, ...], batch: tuple[int, ...], step: int) ->
     return (np.asarray(strides, np.int64)[:, None] * idx).sum(axis=0).astype(np.int64)
 
 
+def check_matmul_limits(node, a_shape, b_shape, out_dtype: str) -> tuple[int, ...]:
+    """The output shape, after checking it and the batch table the kernel
+    call needs against limits.py (also for the integer MatMuls)."""
+    batch, _, _, _, out = matmul_dims(node, a_shape, b_shape)
+    limits.check_shape(out, np.dtype(out_dtype).itemsize, f"node '{node.name}' ({node.op_type}): output")
+    if not _stacked(a_shape, b_shape, batch):
+        limits.check_table_rows(limits.elements(batch), f"node '{node.name}' ({node.op_type}): the batch")
+    return out
+
+
+def _stacked(a_shape, b_shape, batch) -> bool:
+    """One B for every batch entry and A not broadcast: the batch stacks into
+    the rows of one product (no per-entry table)."""
+    a_batch = tuple(a_shape[:-2]) if len(a_shape) >= 2 else ()
+    b_batch = tuple(b_shape[:-2]) if len(b_shape) >= 2 else ()
+    return limits.elements(b_batch) == 1 and a_batch == tuple(batch)
+
+
 @register("MatMul")
 class MatMul(Op):
     fuses_act = True
@@ -202,7 +221,7 @@ class MatMul(Op):
         require_float(node, ins, 0, 1)
 
     def infer(self, node, ins):
-        return [(matmul_dims(node, ins[0].shape, ins[1].shape)[4], ins[0].dtype)]
+        return [(check_matmul_limits(node, ins[0].shape, ins[1].shape, ins[0].dtype), ins[0].dtype)]
 
     def reference(self, node, ins, a, b):
         dtype = np.asarray(a).dtype
@@ -211,7 +230,7 @@ class MatMul(Op):
 
     def macs(self, node, ins, outs):
         batch, m, n, kk, _ = matmul_dims(node, ins[0].shape, ins[1].shape)
-        return int(np.prod(batch, dtype=np.int64)) * m * n * kk
+        return limits.elements(batch) * m * n * kk
 
     def emit(self, node, ins, outs, k):
         a, b = ins
@@ -220,7 +239,7 @@ class MatMul(Op):
             return
         a_batch = tuple(a.shape[:-2]) if len(a.shape) >= 2 else ()
         b_batch = tuple(b.shape[:-2]) if len(b.shape) >= 2 else ()
-        if int(np.prod(b_batch, dtype=np.int64)) == 1 and a_batch == batch:
+        if _stacked(a.shape, b.shape, batch):
             # One B for every batch entry and A not broadcast: the batch
             # stacks into the rows of one product.
             m, offsets = m * int(np.prod(batch, dtype=np.int64)), [(0, 0, 0, 0)]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import limits
 from .base import Op, apply_act, register, require_float, shape_error, unsupported
 from .reduce import clamp_bounds, emit_reduce, reduce_reference
 
@@ -65,6 +66,9 @@ def geometry(node, x_shape):
         raise shape_error(node, f"kernel_shape {ks}, strides {strides} and dilations {dil} must be >= 1")
     if min(pads) < 0:
         raise shape_error(node, f"pads {pads} must be >= 0")
+    for what, vals in (("kernel_shape", ks), ("strides", strides), ("dilations", dil), ("pads", pads)):
+        for v in vals:
+            limits.check_extent(v, f"node '{node.name}' ({node.op_type}): {what} value")
     dims = []
     for i in range(sp):
         L, k, s, d = x_shape[2 + i], ks[i], strides[i], dil[i]
@@ -101,14 +105,17 @@ def window_table(L, n, b, e, k, s, d, include_pad: bool) -> np.ndarray:
     """int32 [n, 3]: (first input index, taps inside the input, divisor).
     A window entirely in the padding (pads >= kernel, e.g. after a Pad was
     folded in) has no taps: MaxPool gives -inf there (the value of the
-    padding it stands for), AveragePool with count_include_pad=1 gives 0."""
-    rows = []
-    for o in range(n):
-        taps = [o * s - b + j * d for j in range(k)]
-        inside = [t for t in taps if 0 <= t < L]
-        div = sum(1 for t in taps if -b <= t < L + e) if include_pad else len(inside)
-        rows.append((inside[0] if inside else 0, len(inside), div))
-    return np.array(rows, np.int32).reshape(n, 3)
+    padding it stands for), AveragePool with count_include_pad=1 gives 0.
+    Window o's taps are start + j*d (start = o*s - b, j < k); the ones inside
+    [0, L) are a range of j, computed in closed form (no loop over taps)."""
+    start = np.arange(n, dtype=np.int64) * s - b
+    j_lo = np.maximum(0, -(start // d))                   # ceil(-start / d), at least 0
+    j_hi = np.minimum(k - 1, (L - 1 - start) // d)
+    count = np.maximum(0, j_hi - j_lo + 1)
+    first = np.where(count > 0, start + j_lo * d, 0)
+    # taps are never before -b (start >= -b); those before L + e count with padding
+    div = np.maximum(0, np.minimum(k - 1, (L + e - 1 - start) // d) + 1) if include_pad else count
+    return np.stack([first, count, div], axis=1).astype(np.int32).reshape(n, 3)
 
 
 class _Pool(Op):
@@ -130,8 +137,16 @@ class _Pool(Op):
         if len(x.shape) < 3:
             raise shape_error(node, f"input rank {len(x.shape)} < 3")
         dims = geometry(node, x.shape)
+        out = tuple(x.shape[:2]) + tuple(dm[0] for dm in dims)
+        limits.check_shape(out, np.dtype(x.dtype).itemsize, f"node '{node.name}' ({node.op_type}): output")
+        for i, dm in enumerate(dims):
+            limits.check_table_rows(dm[0], f"node '{node.name}' ({node.op_type}): spatial axis {i}")
         self._tables(node, x.shape)  # rejects 0/0 windows now, not at emit
-        return [(tuple(x.shape[:2]) + tuple(dm[0] for dm in dims), x.dtype)]
+        return [(out, x.dtype)]
+
+    def fold_cost(self, node, ins, outs):
+        rows = sum(dm[0] for dm in geometry(node, ins[0].shape))   # the reference loops over table rows
+        return super().fold_cost(node, ins, outs, rows)
 
     def _tables(self, node, x_shape):
         include = self.kind == "avg" and bool(int(node.attr("count_include_pad", 0)))

@@ -17,6 +17,11 @@ channels ([M][kH][kW][C/group]); the depthwise kernel reads [kH][kW][C*mult]
 the same kernels through element strides. Weights are stored with their zero
 point subtracted (int8 when the values fit, else int16).
 
+A channel shuffle after the layer may be folded into it (passes/
+fold_shuffle.py): `_ochan` then says at which channel position each output
+channel is stored (ops/conv.py out_channels); the reference and every
+kernel place the channels so.
+
 Where the whole kernel window lies inside the input (the interior, see
 ops/conv.py), the input offset is folded into the bias at compile time:
 sum w * (x - x_zp) = sum w * x - x_zp * sum w, so the interior inner loop is
@@ -29,9 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import isa
-from ..planner import windows
+from ..ir import Node
+from ..planner import tiling, windows
 from .base import Op, register, shape_error, unsupported
-from .conv import ConvGeometry, _border_tables, conv_geometry, conv_nchw
+from .conv import (ConvGeometry, _border_tables, check_conv_limits, conv_geometry, conv_nchw, out_channels,
+                   place_channels)
 from .qgemm import (CODES, CTYPES, INT8_TYPES, NO_REQUANT, Requant, check_acc, check_index, int32_array,
                     make_requant, offset_range, offset_weights, scalar_qparams, weight_qparams, zero_points)
 
@@ -76,6 +83,7 @@ class _QConv:
     w_zp: np.ndarray          # int64 [M]
     bias: np.ndarray | None   # int64 [M]
     rq: Requant
+    ochan: np.ndarray | None = None   # output channel m stored at channel ochan[m] (ops.conv.out_channels)
 
 
 @dataclass
@@ -159,7 +167,12 @@ class _QConvBase(Op):
     def infer(self, node, ins):
         geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
         out = geo.out_shape
+        check_conv_limits(node, geo, self._out_dtype(node, ins))
         return [(_from_nchw(out) if channels_last(node) else out, self._out_dtype(node, ins))]
+
+    def fold_cost(self, node, ins, outs):
+        geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)   # the reference loops over taps
+        return super().fold_cost(node, ins, outs, geo.group * geo.k[0] * geo.k[1])
 
     def reference(self, node, ins, *arrays):
         p = self._params(node, ins)
@@ -170,12 +183,40 @@ class _QConvBase(Op):
         acc = conv_int(x - p.x_zp, w, p.geo)
         if p.bias is not None:
             acc = acc + p.bias.reshape(1, -1, 1, 1)
-        y = p.rq.apply(acc, (1, -1, 1, 1)).reshape(p.geo.out_shape)
+        y = place_channels(p.rq.apply(acc, (1, -1, 1, 1)), p.ochan, 1).reshape(p.geo.out_shape)
         return [np.moveaxis(y, 1, -1) if p.cl else y]
 
     def macs(self, node, ins, outs):
         geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
         return geo.n * geo.m * geo.out_hw[0] * geo.out_hw[1] * geo.cg * geo.k[0] * geo.k[1]
+
+    def band_rows(self, node, ins, outs):
+        x, w = ins[self.X], ins[self.W]
+        if not channels_last(node) or len(x.shape) != 4:
+            return "not a 2-D NHWC convolution"
+        if x.shape[0] != 1:
+            return f"batch {x.shape[0]}"
+        if any(t is not None and not t.is_const for i, t in enumerate(ins) if i != self.X):
+            return "a parameter is computed at run time"
+        geo = qconv_geometry(node, x.shape, w.shape)
+        (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+        # depthwise kernels convert the rows a band reads (planes, padded rings): ~2.5
+        # instructions per byte read again; the others read windows per pixel anyway
+        dw = geo.cg == 1 and geo.group > 1
+        return tiling.Rows(k=(kh - 1) * geo.dilations[0] + 1, s=geo.strides[0], pt=geo.pad_begin[0], h_in=h,
+                           h_out=oh, row_in=wd * geo.c * x.itemsize, row_out=ow * geo.m * outs[0].itemsize,
+                           macs_row=geo.m * ow * geo.cg * kh * kw, outs_row=ow * geo.m, reread=2.5 if dw else 0.5)
+
+    def band_node(self, node, ins, outs, c0, c1, x, y):
+        geo = qconv_geometry(node, ins[self.X].shape, ins[self.W].shape)
+        rows = self.band_rows(node, ins, outs)
+        top, bottom = rows.pads(c0, c1)
+        attrs = dict(node.attrs, pads=[top, geo.pad_begin[1], bottom, geo.pad_end[1]], auto_pad="NOTSET")
+        sub = Node(f"{node.name}@{c1 - c0}r{top}{bottom}", node.op_type,
+                   [x.name if i == self.X else t for i, t in enumerate(node.inputs)], [y.name], attrs, node.act,
+                   list(node.fused), node.opset)
+        assert qconv_geometry(sub, x.shape, ins[self.W].shape).out_hw == (c1 - c0, geo.out_hw[1]), (c0, c1)
+        return sub
 
     def emit(self, node, ins, outs, k):
         x, w = ins[self.X], ins[self.W]
@@ -193,25 +234,29 @@ class _QConvBase(Op):
         if p.rq.mode == "none":
             unused += ["yzp", "lo", "hi"]
         rev = not depthwise and k.variant() == "rev"
+        omap = p.ochan is not None
+        if omap and depthwise:   # (passes/fold_shuffle.py places channels of grouped layers only)
+            raise unsupported(node, "_ochan on a depthwise convolution")
         name = (f"{CODES[x.dtype]}{CODES[wk.dtype.name]}{CODES[outs[0].dtype]}_{p.rq.mode}"
-                + ("_nhwc" if p.cl else "_nchw") + ("_rev" if rev else ""))
+                + ("_nhwc" if p.cl else "_nchw") + ("_rev" if rev else "") + ("_om" if omap else ""))
         if p.rq.mode != "none":
             k.kernel(f"requant_{p.rq.mode}")
         fn = k.kernel(template, {"name": name, "xt": CTYPES[x.dtype], "wt": CTYPES[wk.dtype.name],
                                  "yt": CTYPES[outs[0].dtype], "rq": p.rq.mode, "cl": bool(p.cl),
-                                 "fields": QCONV_FIELDS, "unused": unused, "rev": rev})
+                                 "fields": QCONV_FIELDS, "unused": unused, "rev": rev, "omap": omap})
         wsym = k.const(np.ascontiguousarray(wk), f"{w.name}_{'hwm' if depthwise else 'mhwc'}")
         bsym = k.const(b2, f"{node.name}_bias")
         g = k.const(geo_arr.astype(np.int32), "qconv_geo")
         # per pixel in raster order, each output channel written after its window is
         # read (the order models count bytes: one-byte elements in and out only)
         if p.cl and x.dtype in INT8_TYPES and outs[0].dtype in INT8_TYPES:
-            k.order(self.X, lambda: windows.raster(p.geo, depthwise, group=1, cblock=1,
+            k.order(self.X, lambda: windows.raster(p.geo, depthwise, group=1, cblock=1, opos=p.ochan,
                                                    what=f"{template}: pixels, channels one by one"))
             if not depthwise:   # the general kernel also runs from the last pixel down
-                k.order(self.X, lambda: windows.raster(p.geo, False, group=1, cblock=1, reverse=True,
+                k.order(self.X, lambda: windows.raster(p.geo, False, group=1, cblock=1, reverse=True, opos=p.ochan,
                                                        what=f"{template}: pixels from the last down"), "rev")
-        k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{p.rq.c_args(k, node.name)});")
+        om = f", {k.const(p.ochan.astype(np.int32), f'{node.name}_ochan')}" if omap else ""
+        k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {bsym}, {g}{om}{p.rq.c_args(k, node.name)});")
 
 
 @register("QLinearConv", "com.microsoft.QLinearConv")
@@ -240,7 +285,7 @@ class QLinearConv(_QConvBase):
         y_s, y_zp = scalar_qparams(node, ins[6], ins[7] if len(ins) > 7 else None, "y", ydt)
         bias = _bias(node, ins[8] if len(ins) > 8 else None, geo.m)
         rq = make_requant(node, x_s, w_s, y_s, y_zp, ydt, geo.m)
-        return _QConv(geo, channels_last(node), x_zp, w_zp, bias, rq)
+        return _QConv(geo, channels_last(node), x_zp, w_zp, bias, rq, out_channels(node, geo.m))
 
 
 @register("ConvInteger")
@@ -255,7 +300,7 @@ class ConvInteger(_QConvBase):
         geo = qconv_geometry(node, x.shape, w.shape)
         x_zp = zero_points(node, ins[2] if len(ins) > 2 else None, "x", 1, x.dtype)
         w_zp = zero_points(node, ins[3] if len(ins) > 3 else None, "w", geo.m, w.dtype)
-        return _QConv(geo, channels_last(node), int(x_zp[0]), w_zp, None, NO_REQUANT)
+        return _QConv(geo, channels_last(node), int(x_zp[0]), w_zp, None, NO_REQUANT, out_channels(node, geo.m))
 
 
 def _bias(node, b, m: int) -> np.ndarray | None:

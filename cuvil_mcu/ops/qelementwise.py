@@ -392,6 +392,8 @@ class QLinearBinary(Op):
         op = "add" if add else "mul"
         if mode == "fixed":
             k.kernel("requant_fixed")
+        elif not add:
+            k.kernel("fp_exact")
         fn = k.kernel("qbinary_s8", {"name": f"{op}_{mode}_{CODES[dt]}", "op": op, "mode": mode,
                                      "xt": CTYPES[dt]})
         dims = k.const(np.array(shape, np.int32), "bcast_shape")

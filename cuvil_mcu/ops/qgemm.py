@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import quant
+from .. import limits, quant
 from .. import isa
 from .gemm import gemm_dims
 from .base import Op, register, shape_error, unsupported
-from .gemm import _batch_offsets, _c_strides, matmul_dims
+from .gemm import _batch_offsets, _c_strides, check_matmul_limits, matmul_dims
 
 INT8_TYPES = ("int8", "uint8")
 CODES = {"int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32"}
@@ -456,8 +456,8 @@ class _QMatMulBase(Op):
         return z
 
     def infer(self, node, ins):
-        out = matmul_dims(node, ins[self.A].shape, ins[self.B].shape)[4]
-        return [(out, self._out_dtype(node, ins))]
+        dtype = self._out_dtype(node, ins)
+        return [(check_matmul_limits(node, ins[self.A].shape, ins[self.B].shape, dtype), dtype)]
 
     def _out_dtype(self, node, ins) -> str:
         return "int32"
@@ -474,7 +474,7 @@ class _QMatMulBase(Op):
 
     def macs(self, node, ins, outs):
         batch, m, n, kk, _ = matmul_dims(node, ins[self.A].shape, ins[self.B].shape)
-        return int(np.prod(batch, dtype=np.int64)) * m * n * kk
+        return limits.elements(batch) * m * n * kk
 
     def emit(self, node, ins, outs, k):
         a, b = ins[self.A], ins[self.B]

@@ -50,9 +50,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import isa, quant
+from .. import isa, limits, quant
 from .base import Op, register, shape_error, unsupported
-from .pool import geometry
+from .pool import geometry, window_table
 from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, requant_mode, unary_qparams
 
 # Order of the integers of the pooling kernels' `g` array.
@@ -102,16 +102,17 @@ def _strides(node, nchw) -> tuple[int, int, int, int]:
 def window_tables(node, xs, include_pad: bool):
     """Per spatial dimension (int32 [out, 3] table, dilation): (first input
     index, taps inside the input, divisor); divisor = kernel size with
-    include_pad (onnxruntime's QLinearAveragePool), else the taps inside."""
+    include_pad (onnxruntime's QLinearAveragePool), else the taps inside.
+    The output size and table rows are checked against limits.py first."""
+    dims = geometry(node, xs)
+    limits.check_shape(tuple(xs[:2]) + tuple(dm[0] for dm in dims), 1, f"node '{node.name}' ({node.op_type}): output")
     tabs = []
-    for i, (n, b, e, k, s, d) in enumerate(geometry(node, xs)):
-        L = xs[2 + i]
-        rows = []
-        for o in range(n):
-            taps = [o * s - b + j * d for j in range(k)]
-            inside = [t for t in taps if 0 <= t < L]
-            rows.append((inside[0] if inside else 0, len(inside), k if include_pad else len(inside)))
-        tabs.append((np.array(rows, np.int32).reshape(n, 3), d))
+    for i, (n, b, e, k, s, d) in enumerate(dims):
+        limits.check_table_rows(n, f"node '{node.name}' ({node.op_type}): spatial axis {i}")
+        t = window_table(xs[2 + i], n, b, e, k, s, d, False)
+        if include_pad:
+            t[:, 2] = k
+        tabs.append((t, d))
     return tabs
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import limits
 from .base import Op, const_ints, norm_axis, register, shape_error, unsupported
 
 
@@ -49,11 +50,11 @@ class Reshape(View):
         if out.count(-1) > 1:
             raise shape_error(node, f"shape {target} has more than one -1")
         if -1 in out:
-            known = int(np.prod([d for d in out if d != -1]))
+            known = limits.elements(d for d in out if d != -1)
             if known == 0 or x.size % known:
                 raise shape_error(node, f"cannot reshape {list(x.shape)} to {target}")
             out[out.index(-1)] = x.size // known
-        if int(np.prod(out)) != x.size:
+        if any(d < 0 for d in out) or limits.elements(out) != x.size:
             raise shape_error(node, f"cannot reshape {list(x.shape)} ({x.size} elements) to {out}")
         return [(tuple(out), x.dtype)]
 
@@ -67,7 +68,7 @@ class Flatten(View):
         axis = axis + r if axis < 0 else axis
         if not 0 <= axis <= r:
             raise shape_error(node, f"axis {node.attr('axis')} out of range for rank {r}")
-        outer = int(np.prod(x.shape[:axis])) if axis else 1
+        outer = limits.elements(x.shape[:axis])
         return [((outer, x.size // outer if outer else 0), x.dtype)]
 
 
@@ -111,11 +112,10 @@ class Identity(View):
 
 @register("Dropout")
 class Dropout(View):
-    """Inference: output = input. The optional mask output is all true."""
+    """Inference: output = input. The optional mask output is all ones
+    (known_outputs): a constant, dropped when nothing reads it."""
 
     def check(self, node, ins):
-        if len(node.outputs) > 1 and node.outputs[1]:
-            raise unsupported(node, "the mask output is not supported (it is all ones at inference)")
         training = ins[2] if len(ins) > 2 else None
         if training is not None:
             if not training.is_const:
@@ -126,7 +126,20 @@ class Dropout(View):
                 raise unsupported(node, "training_mode=True drops values at random; only inference is compiled")
 
     def infer(self, node, ins):
-        return [(ins[0].shape, ins[0].dtype)]
+        outs = [(ins[0].shape, ins[0].dtype)]
+        if len(node.outputs) > 1:
+            # opset < 10 typed the mask like the data; opset >= 10 as bool
+            outs.append((ins[0].shape, "bool" if (node.opset or 13) >= 10 else ins[0].dtype))
+        return outs
+
+    def known_outputs(self, node, ins):
+        if len(node.outputs) > 1 and node.outputs[1]:
+            shape, dtype = self.infer(node, ins)[1]
+            return {1: np.ones(shape, dtype=dtype)}
+        return {}
+
+    def reference(self, node, ins, x, *rest):
+        return [np.asarray(x)] + list(self.known_outputs(node, ins).values())
 
 
 @register("Constant")

@@ -484,7 +484,7 @@ class Recurrent(Op):
             def at(ptr, off, null):
                 return ptr if ptr == null else f"{ptr} + {off}"
 
-            lo, hi = (k.f32(-s.clip), k.f32(s.clip)) if s.clip is not None else ("-FLT_MAX", "FLT_MAX")
+            lo, hi = (k.f32(-s.clip), k.f32(s.clip)) if s.clip is not None else ("-INFINITY", "INFINITY")
             k.line(f"{fn}({k.ptr(ins[IX])}, {', '.join(margs)}, {p}, {at(h0, so, '(const float *)0')}, "
                    f"{at(c0, so, '(const float *)0')}, {at(y, yo, '(float *)0')}, {at(yh, so, '(float *)0')}, "
                    f"{at(yc, so, '(float *)0')}, {lens}, {gsym}, {lo}, {hi}, {k.scratch('float')});")

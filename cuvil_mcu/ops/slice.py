@@ -90,6 +90,8 @@ class Slice(Op):
 def gather_indices(node, ins, indices=None) -> tuple[int, np.ndarray]:
     """The axis and the indices (made non-negative, range-checked)."""
     x = ins[0]
+    if not x.shape:
+        raise shape_error(node, f"data '{x.name}' is a scalar; Gather needs rank >= 1")
     axis = norm_axis(node, int(node.attr("axis", 0)), len(x.shape))
     idx = np.asarray(ins[1].data if indices is None else indices).astype(np.int64)
     dim = x.shape[axis]

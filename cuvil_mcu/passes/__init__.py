@@ -6,7 +6,7 @@ bottom; with verify=True (the tests) the IR verifier runs after each one.
 from __future__ import annotations
 
 from ..ir import Graph, verify
-from . import (cancel_transposes, dead_nodes, fold_batchnorm, fold_constants, fuse_activation,
+from . import (cancel_transposes, dead_nodes, fold_affine, fold_constants, fold_shuffle, fuse_activation,
                fuse_pad, io_quant, layout, qdq, rnn_io, stamp_requant)
 
 PIPELINE = [
@@ -14,17 +14,24 @@ PIPELINE = [
     fold_constants,      # evaluate nodes whose inputs are all constant
     dead_nodes,          # drop what no output depends on
     rnn_io,              # batch_first transposes and last-step reads around recurrent layers
-    fold_batchnorm,      # BatchNormalization into the Conv/Gemm/MatMul before it
+    fold_affine,         # BatchNormalization, per-channel Mul/Add into the Conv/Gemm/MatMul next to them
     fold_constants,      # the folded weights are constant again
     fuse_pad,            # constant Pad into the Conv/Pool that reads it
     cancel_transposes,   # Transpose pairs that undo each other
     fuse_activation,     # Relu/Clip into the producing kernel
+    fold_shuffle,        # channel shuffles (Reshape -> Transpose -> Reshape) into the convolutions around
     layout,              # integer spatial ops to NHWC, transposes cancelled
+    fold_shuffle,        # (NHWC ones, and those the layout pass brought next to a convolution)
     dead_nodes,
     stamp_requant,       # integer ops record the graph's requantization mode
     io_quant,            # scale / zero point of the inputs and outputs, for the header
 ]
 
+
+# After these (and quantization, --io, --stream), compiler.compile_model runs
+# tile.run(graph, budget, evaluate): patch-based execution needs the kernels'
+# scratch and the memory plan of each candidate, so it takes the compiler's
+# planning as `evaluate` (gen --no-patch leaves it out).
 
 # -O0: only what the rest of the compiler needs to be correct: fold-only ops
 # (Shape, Range, ...) evaluated, integer spatial ops in NHWC (their kernels'

@@ -1,10 +1,12 @@
 """Evaluate every node whose inputs are all constant, with its numpy
-reference, and drop it: its outputs become constants in flash."""
+reference, and drop it: its outputs become constants in flash. A node whose
+result or cost is above the folding cap (limits.fold_refusal) stays a
+run-time kernel, as the loader left it."""
 from __future__ import annotations
 
 import numpy as np
 
-from .. import ops
+from .. import limits, ops
 from ..ir import Graph
 
 
@@ -15,8 +17,9 @@ def run(g: Graph) -> Graph:
         ins = [g.tensors[i] if i else None for i in n.inputs]
         outs = [g.tensors[o] for o in n.outputs if o]
         if not all(t.is_const for t in outs):
-            if op.shape_only or all(t is None or t.is_const for t in ins):
-                values = op.reference(n, ins, *[t.data if t is not None else None for t in ins])
+            if (op.shape_only or all(t is None or t.is_const for t in ins)) \
+                    and limits.fold_refusal(op, n, ins, outs) is None:
+                values = ops.evaluate(op, n, ins, outs)
                 for t, v in zip([o for o in n.outputs], values):
                     if t:
                         g.tensors[t].data = np.asarray(np.asarray(v).astype(g.tensors[t].dtype), order="C")

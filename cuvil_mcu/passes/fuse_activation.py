@@ -17,8 +17,15 @@ def _clamp(n, g):
         if any(t is not None and not t.is_const for t in ins[1:]):
             return None
         lo, hi = _unary_params(n, ins)
-        return (lo, hi)
+        return (min(lo, hi), hi)   # ONNX: min(max(x, lo), hi), so hi wins when lo > hi
     return None
+
+
+def _compose(first: tuple[float, float], then: tuple[float, float]) -> tuple[float, float]:
+    """The clamp equal to clamping to `first`, then to `then` (both with
+    lo <= hi): a monotone function that is a clamp to its values at -inf, +inf."""
+    (a, b), (c, d) = first, then
+    return min(max(a, c), d), min(max(b, c), d)
 
 
 def run(g: Graph) -> Graph:
@@ -35,10 +42,7 @@ def run(g: Graph) -> Graph:
             continue
         if src in g.outputs or len(consumers.get(src, [])) != 1 or p.outputs[0] != src:
             continue
-        lo, hi = bounds
-        if p.act is not None:
-            lo, hi = max(lo, p.act[0]), min(hi, p.act[1])
-        p.act = (lo, hi)
+        p.act = bounds if p.act is None else _compose(p.act, bounds)
         p.fused.append(f"{n.op_type} '{n.name}'")
         p.outputs[0] = n.outputs[0]
         producers[n.outputs[0]] = p

@@ -20,7 +20,8 @@ from ..ir import Graph, Node, Tensor
 from . import dead_nodes
 
 SPATIAL = {"QLinearConv", "ConvInteger", "com.microsoft.QLinearAveragePool",
-           "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool"}
+           "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool", "cuvil.QConvTranspose", "cuvil.QResize",
+           "cuvil.QLRN", "cuvil.QAffine"}
 # element-wise ops: (run-time data input indices) — all other inputs are scalars
 ELEMENTWISE = {"com.microsoft.QLinearAdd": (0, 3), "com.microsoft.QLinearMul": (0, 3), "cuvil.QLut": (0,),
                "QuantizeLinear": (0,), "DequantizeLinear": (0,), "Relu": (0,), "Clip": (0,)}
@@ -109,15 +110,21 @@ def _sink(g: Graph) -> bool:
     cons = g.consumers()
     for n in g.nodes:
         idx = ELEMENTWISE.get(n.op_type)
-        if n.op_type == "com.microsoft.QLinearConcat":
+        if n.op_type in ("com.microsoft.QLinearConcat", "cuvil.QSum"):
             idx = tuple(range(2, len(n.inputs), 3))
         elif n.op_type == "Concat":
             idx = tuple(range(len(n.inputs)))
+        elif n.op_type == "Gather" and len(n.inputs) == 2 and g.tensors[n.inputs[1]].is_const \
+                and len(g.tensors[n.inputs[1]].shape) == 1:
+            idx = (0,)   # a permutation of one axis (passes/fold_shuffle.py): the axis moves like Concat's
         if idx is None or n.outputs[0] in g.outputs:
             continue
-        concat = "Concat" in n.op_type
+        concat = "Concat" in n.op_type or n.op_type == "Gather"
         if concat and any(g.tensors[n.inputs[i]].is_const for i in idx):
             continue
+        # a constant operand (a per-channel scale or shift) is permuted here at compile time
+        consts = [i for i in idx if i < len(n.inputs) and not concat and g.tensors[n.inputs[i]].is_const]
+        idx = tuple(i for i in idx if i not in consts)
         ts = [prod.get(n.inputs[i]) for i in idx if i < len(n.inputs)]
         if not ts or any(t is None or t.op_type != "Transpose" for t in ts):
             continue
@@ -128,17 +135,25 @@ def _sink(g: Graph) -> bool:
         if len(shapes) != 1 and not concat:
             continue
         # the other inputs must be per-tensor scalars (scales, zero points)
-        if not concat and any(i not in idx and n.inputs[i] and g.tensors[n.inputs[i]].size != 1 for i in range(len(n.inputs))):
+        if not concat and any(i not in idx and i not in consts and n.inputs[i] and g.tensors[n.inputs[i]].size != 1
+                              for i in range(len(n.inputs))):
             continue
         # a transpose read by others stays for them; only sink when this is its only reader
         if any(len(cons.get(t.outputs[0], [])) != 1 for t in ts):
             continue
         perm = list(perms.pop())
         inv = list(np.argsort(perm))
+        if any(g.tensors[n.inputs[i]].data.ndim > len(perm) for i in consts):
+            continue
         if concat:  # the axis, in the coordinates of the transposes' inputs
             rank = len(perm)
             axis = int(n.attrs.get("axis", 0))
             n.attrs["axis"] = int(perm[axis + rank if axis < 0 else axis])
+        rank = len(perm)
+        for i in consts:
+            c = g.tensors[n.inputs[i]].data
+            c = np.transpose(c.reshape((1,) * (rank - c.ndim) + c.shape), inv)
+            n.inputs[i] = g.add_const(f"{n.inputs[i]}_T", np.ascontiguousarray(c))
         for i, t in zip(idx, ts):
             n.inputs[i] = t.inputs[0]
             t.op_type = "_dead"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node
-from . import qdq_rnn
+from . import qdq_rnn, qdq_upsample
 
 INT_TYPES = ("int8", "uint8")
 # Ops that move or select integer values without changing scale.
@@ -105,9 +105,10 @@ def _output_q(n: Node, ctx: _Ctx, allow_act: bool):
     return act, users, absorbed
 
 
-def _in_dq(name: str, ctx: _Ctx, per_tensor: bool = True):
+def _in_dq(name: str, ctx: _Ctx, per_tensor: bool = True, channel_axis: int | None = None):
     """The DQ node feeding a float input, if it dequantizes int8/uint8 with
-    constant params (per-tensor when asked)."""
+    constant params (per-tensor when asked; per-axis only along
+    `channel_axis`, the axis the integer kernel scales by)."""
     d = ctx.dq(name)
     if d is None:
         return None
@@ -118,6 +119,10 @@ def _in_dq(name: str, ctx: _Ctx, per_tensor: bool = True):
         return None
     if per_tensor and ctx.const(d.input(1)).size != 1:
         return None
+    if ctx.const(d.input(1)).size != 1 and channel_axis is not None:
+        axis = int(d.attr("axis", 1))
+        if (axis + len(src.shape) if axis < 0 else axis) != channel_axis:
+            return None    # per-axis along another axis (e.g. input channels): stays float
     return d
 
 
@@ -192,8 +197,12 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     t = n.op_type
     if t in qdq_rnn.OPS:   # recurrent layers: their own patterns
         return qdq_rnn.rewrite(n, ctx)
-    if t in ("Conv", "MatMul", "Gemm", "Add", "Mul"):
+    if t in qdq_upsample.OPS:   # ConvTranspose, Resize / Upsample
+        return qdq_upsample.rewrite(n, ctx)
+    if t in ("Conv", "MatMul", "Gemm", "Add", "Mul", "Sum", "BatchNormalization"):
         allow_act = True
+    elif t == "LRN":
+        allow_act = False
     elif t in ("AveragePool", "GlobalAveragePool", "Softmax", "Concat") or t in LUT_FNS:
         allow_act = t in ("AveragePool", "GlobalAveragePool", "Concat")
     elif t in PASS_THROUGH:
@@ -207,7 +216,8 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     act, qs, absorbed = found
     if n.act is not None:  # a clamp fused earlier (e.g. when re-run after PTQ) stays
         act = n.act if act is None else (max(act[0], n.act[0]), min(act[1], n.act[1]))
-        if t not in ("Conv", "MatMul", "Gemm", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat"):
+        if t not in ("Conv", "MatMul", "Gemm", "Add", "Mul", "AveragePool", "GlobalAveragePool", "Concat", "Sum",
+                     "BatchNormalization"):
             return False
     if bias_add is not None:
         absorbed = [bias_add] + absorbed
@@ -216,7 +226,7 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
     out = q.outputs[0]
 
     if t == "Conv":
-        x, w = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False)
+        x, w = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False, channel_axis=0)
         if x is None or w is None or ctx.const(w.inputs[0]) is None:
             return False
         m = g.tensors[w.inputs[0]].shape[0]
@@ -233,7 +243,9 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         return True
 
     if t in ("MatMul", "Gemm"):
-        a, bq = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False)
+        # per-axis B only along its output columns (a 2-D B; QLinearMatMul takes per-tensor only)
+        cols = 0 if t == "Gemm" and int(n.attr("transB", 0)) else 1
+        a, bq = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx, per_tensor=False, channel_axis=cols)
         if a is None or bq is None:
             return False
         bconst = ctx.const(bq.inputs[0]) is not None
@@ -281,6 +293,10 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         return True
 
     if t in ("Add", "Mul"):
+        node = _affine_q(n, ctx, y_s, y_zp, out, act, absorbed)
+        if node is not None:
+            _replace(n, [node], qs, absorbed, ctx)
+            return True
         a, b = _in_dq(n.inputs[0], ctx), _in_dq(n.inputs[1], ctx)
         if a is None or b is None:
             return False
@@ -337,6 +353,33 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         _replace(n, [node], qs, absorbed, ctx)
         return True
 
+    if t == "Sum":
+        dqs = [_in_dq(i, ctx) for i in n.inputs]
+        if not dqs or any(d is None or g.tensors[d.inputs[0]].dtype != g.tensors[out].dtype for d in dqs):
+            return False
+        ins = [y_s, y_zp]
+        for d in dqs:
+            ins += [d.inputs[0], d.input(1), _zp_name(d, ctx)]
+        node = Node(n.name, "cuvil.QSum", ins, [out], {}, act, [f"{a.op_type} '{a.name}'" for a in absorbed])
+        _replace(n, [node], qs, absorbed, ctx)
+        return True
+
+    if t == "LRN":
+        x = _in_dq(n.inputs[0], ctx)
+        if x is None or g.tensors[x.inputs[0]].dtype != g.tensors[out].dtype:
+            return False
+        attrs = {k: n.attrs[k] for k in ("size", "alpha", "beta", "bias") if k in n.attrs}
+        node = Node(n.name, "cuvil.QLRN", [x.inputs[0], x.input(1), _zp_name(x, ctx), y_s, y_zp], [out], attrs)
+        _replace(n, [node], qs, absorbed, ctx)
+        return True
+
+    if t == "BatchNormalization":
+        node = _affine_q(n, ctx, y_s, y_zp, out, act, absorbed)
+        if node is None:
+            return False
+        _replace(n, [node], qs, absorbed, ctx)
+        return True
+
     if t in PASS_THROUGH:
         x = _in_dq(n.inputs[0], ctx)
         if x is None or not ctx.same_params(x, q) or g.tensors[x.inputs[0]].dtype != g.tensors[out].dtype:
@@ -362,6 +405,43 @@ def _rewrite(n: Node, ctx: _Ctx) -> bool:
         _replace(n, [node], qs, absorbed, ctx)
         return True
     return False
+
+
+def _affine_q(n: Node, ctx: _Ctx, y_s: str, y_zp: str, out: str, act, absorbed) -> Node | None:
+    """DQ -> BatchNormalization -> Q, or DQ(x) -> Mul / Add by a per-channel
+    constant (BatchNorm as Caffe2 writes it) -> Q: a per-channel affine map,
+    as one integer cuvil.QAffine (ops/batchnorm.py: one rounding, within
+    2^-k of a step of the real map). None when it does not apply (run-time
+    statistics; a scalar constant, which stays TFLM's MUL / ADD recipe)."""
+    from ..ops.batchnorm import bn_coeffs
+    from .fold_affine import _per_channel
+    g = ctx.g
+    if n.op_type == "BatchNormalization":
+        x = _in_dq(n.inputs[0], ctx)
+        params = [ctx.const(i) for i in n.inputs[1:5]]
+        if x is None or any(o for o in n.outputs[1:]) or len(params) != 4 or any(p is None for p in params):
+            return None
+        s, t = bn_coeffs(n, *params)
+        what = f"BatchNormalization '{n.name}'"
+    else:
+        consts = [i for i in (0, 1) if ctx.const(n.input(i)) is not None]
+        if len(n.inputs) != 2 or len(consts) != 1:
+            return None
+        x = _in_dq(n.inputs[1 - consts[0]], ctx)
+        if x is None or g.tensors[out].shape != g.tensors[x.inputs[0]].shape:
+            return None
+        v = _per_channel(ctx.const(n.input(consts[0])), g.tensors[x.inputs[0]].shape)
+        if v is None or v.size < 2 or np.all(v == v[0]):
+            return None
+        s, t = (v, np.zeros_like(v)) if n.op_type == "Mul" else (np.ones_like(v), v)
+        what = f"{n.op_type} '{n.name}' by a per-channel constant"
+    src = g.tensors[x.inputs[0]]
+    if len(src.shape) < 2 or src.dtype != g.tensors[out].dtype or s.size != src.shape[1]:
+        return None
+    ins = [x.inputs[0], x.input(1), _zp_name(x, ctx), y_s, y_zp,
+           g.add_const(f"{n.name}_S", np.asarray(s, np.float32)), g.add_const(f"{n.name}_T", np.asarray(t, np.float32))]
+    return Node(n.name, "cuvil.QAffine", ins, [out], {}, act,
+                [f"{what} (per-channel affine)"] + [f"{a.op_type} '{a.name}'" for a in absorbed])
 
 
 def _fix_shapes(g: Graph, nodes: list[Node]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .. import ops
+from .. import limits, ops
 from ..errors import CuvilError
 from ..ir import Graph
 from .algorithms import ALGORITHMS, lower_bound, overlaps
@@ -58,6 +58,9 @@ class Plan:
     aliases: list[dict] = field(default_factory=list)
     no_alias_bound: int | None = None   # the lower bound when no output may overlap its input
     variants: dict[str, str] = field(default_factory=dict)   # node -> kernel loop variant its alias needs
+    # tiled regions (ops/tiled.py), by node: layers, bands, buffers and their
+    # offsets, filled in when the header is rendered
+    tiles: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -68,6 +71,7 @@ class Plan:
             "algorithms_tried": self.tried,
             "lower_bound_without_windows": self.no_alias_bound,
             "aliases": self.aliases,
+            "tiles": [self.tiles[n] for n in sorted(self.tiles)],
             "scratch": [{"node": n, "offset": self.scratch_offset[n], "bytes": self.scratch_size[n]}
                         for n in sorted(self.scratch_offset, key=lambda n: (self.scratch_offset[n], n))],
             "buffers": [
@@ -108,7 +112,7 @@ class Plan:
 
 
 def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None = None,
-            preserve_inputs: bool = False, aliases: list | None = None
+            preserve_inputs: bool = False, aliases: list | None = None, tight: bool = False
             ) -> tuple[list[Buffer], dict[str, str], dict[str, int]]:
     """Analysis: the buffers of graph g, the buffer each run-time tensor lives
     in, and each node's scratch bytes (op.scratch plus `scratch`, node name
@@ -116,7 +120,9 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
     {input index: windows.Order or a callable giving one}: the output may be
     written over that input within the window the order allows (see
     windows.py); each alias taken is appended to `aliases`. Tensors of one
-    buffer then sit at offsets `Buffer.rel` from its start."""
+    buffer then sit at offsets `Buffer.rel` from its start. tight: each
+    output takes the window that keeps its own pair smallest, ignoring the
+    rest of its buffer (the bytes each step needs at least: `profile`)."""
     n_steps = len(g.nodes)
     end = n_steps  # graph outputs stay live after the last node
     root: dict[str, str] = {}
@@ -144,6 +150,13 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
             root[name] = name
             live(name, -1)
 
+    # per buffer (root): its tensors, the last step any of them is read, and
+    # whether one is a graph output: kept as tensors join, so the in-place
+    # checks cost the buffer's size, not the graph's (a chain of n in-place
+    # nodes was quadratic in n)
+    group: dict[str, list[str]] = {r: [t for t in root if root[t] == r] for r in set(root.values())}
+    group_read: dict[str, int] = {r: max(last_read.get(t, -1) for t in ms) for r, ms in group.items()}
+    group_out: dict[str, bool] = {r: any(t in outputs for t in ms) for r, ms in group.items()}
     scratch_of: dict[str, int] = {}
     # a streaming state output takes its state input's buffer (g.state)
     alias = {out: inp for inp, out, _ in getattr(g, "state", [])}
@@ -166,18 +179,22 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
             elif j == 0 and op.view and ins and ins[0] is not None and not ins[0].is_const:
                 r, at = root[ins[0].name], rel.get(ins[0].name, 0)
             elif j == 0 and op.can_inplace(n):
-                t = _inplace_input(g, n, i, root, last_read, outputs)
+                t = _inplace_input(g, n, i, root, group_read, group_out)
                 if t is not None:
                     r, at = root[t], rel.get(t, 0)
             if r is None and j == 0 and orders and n.name in orders:
-                found = _window_alias(g, n, i, orders[n.name], root, rel, life, outputs, preserve_inputs)
+                found = _window_alias(g, n, i, orders[n.name], root, group, rel, life, outputs, preserve_inputs,
+                                      tight)
                 if found is not None:
                     t, delta, variant, what, params = found
                     r, at = root[t], rel.get(t, 0) + delta
                     if aliases is not None:
                         aliases.append({"node": n.name, "input": t, "output": o, "delta": delta,
                                         "variant": variant, "order": what, "model": params})
-            root[o] = r if r is not None else o
+            root[o] = r = r if r is not None else o
+            group.setdefault(r, []).append(o)
+            group_read[r] = max(group_read.get(r, -1), last_read.get(o, -1))
+            group_out[r] = group_out.get(r, False) or o in outputs
             rel[o] = at
             live(root[o], i)
     for name in g.outputs:
@@ -209,7 +226,7 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
     return bufs, root, scratch_of
 
 
-def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
+def _window_alias(g, n, i, orders, root, groups, rel, life, outputs, preserve_inputs, tight=False):
     """(input, delta, variant) when output 0 of node n (step i) can be
     written over one of its inputs: the input dies here, no other tensor of
     its buffer that is still needed shares the bytes the output would take,
@@ -225,8 +242,10 @@ def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
         src = g.tensors[t]
         if src.is_const or t not in root or n.inputs.count(t) != 1 or not out.nbytes or not src.nbytes:
             continue
+        if max(out.nbytes, src.nbytes) > limits.MAX_WINDOW_BYTES:
+            continue       # the orders hold 8 B per byte and the search grows with the square of the size
         r = root[t]
-        group = [m for m, rr in root.items() if rr == r]
+        group = groups[r]
         same = [m for m in group if rel.get(m, 0) == rel.get(t, 0) and g.tensors[m].nbytes == src.nbytes]
         if any(life[m][1] > i or m in outputs for m in same):
             continue       # t (or a view of it) is read later or must survive the run
@@ -239,7 +258,7 @@ def _window_alias(g, n, i, orders, root, rel, life, outputs, preserve_inputs):
         ext = (min(rel.get(m, 0) for m in group), max(rel.get(m, 0) + g.tensors[m].nbytes for m in group))
         blocked = [(rel.get(m, 0), rel.get(m, 0) + g.tensors[m].nbytes) for m in group
                    if m not in same and life[m][1] >= i]
-        delta = best_delta(order, ALIGN, at, ext, blocked)
+        delta = best_delta(order, ALIGN) if tight else best_delta(order, ALIGN, at, ext, blocked)
         if delta is None:
             continue
         lo = at + delta
@@ -272,10 +291,11 @@ def lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
     return {t: (a, b) for t, (a, b) in life.items()}
 
 
-def _inplace_input(g, n, i, root, last_read, outputs) -> str | None:
+def _inplace_input(g, n, i, root, group_read, group_out) -> str | None:
     """The input whose bytes output 0 of node n may reuse: same size and
-    dtype, its buffer read by nobody after step i, not a graph input (the
-    caller may reuse its input) nor a graph output."""
+    dtype, its buffer read by nobody after step i (group_read: the last read
+    of any tensor of a buffer), not a graph input (the caller may reuse its
+    input) nor a graph output (group_out)."""
     out = g.tensors[n.outputs[0]]
     for t in n.inputs:
         if not t or t not in root:
@@ -284,10 +304,9 @@ def _inplace_input(g, n, i, root, last_read, outputs) -> str | None:
         if src.nbytes != out.nbytes or src.dtype != out.dtype:
             continue
         r = root[t]
-        group = [m for m, rr in root.items() if rr == r]
-        if r in g.inputs or any(m in outputs for m in group):
+        if r in g.inputs or group_out[r]:
             continue
-        if all(last_read.get(m, -1) <= i for m in group) and n.inputs.count(t) == 1:
+        if group_read[r] <= i and n.inputs.count(t) == 1:
             return t
     return None
 
@@ -336,14 +355,30 @@ def plan(g: Graph, algorithm: str = "auto", scratch: dict[str, int] | None = Non
     )
 
 
+def profile(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None = None,
+            preserve_inputs: bool = False) -> dict[int, int]:
+    """Bytes each step needs at least (-1: before the first node, len(nodes):
+    after the last), with every output written over its input as tightly as
+    its own window allows. A plan's own steps may take more (its windows
+    leave room for the next layer where the arena allows); the tiling pass
+    estimates from this."""
+    from .algorithms import live_extent
+    bufs, _, _ = buffers(g, scratch, orders, preserve_inputs, tight=True)
+    recs = [b.record() for b in bufs]
+    return {s: sum(live_extent(r, s) for r in recs) for s in range(-1, len(g.nodes) + 1)}
+
+
 def room(g: Graph, p: Plan) -> dict[str, int]:
     """Per node: arena bytes free at its step (arena minus the bytes live
     there, its own scratch not counted): scratch a kernel may take there
     without (fragmentation aside) growing the arena."""
-    from .algorithms import live_extent
+    from .algorithms import live_extent, live_per_step
+    records = {b.name: b.record() for b in p.buffers}
+    live = live_per_step(list(records.values()), list(range(len(g.nodes))))
     out = {}
     for i, n in enumerate(g.nodes):
-        used = sum(live_extent(b.record(), i) for b in p.buffers if b.name != f"scratch:{n.name}")
+        own = records.get(f"scratch:{n.name}")
+        used = live[i] - (live_extent(own, i) if own is not None else 0)
         out[n.name] = max(0, p.arena_size - used)
     return out
 
@@ -375,4 +410,5 @@ def _extent(records, offsets) -> int:
     return max((off + r[0] for r, off in zip(records, offsets)), default=0)
 
 
-__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "gaps", "lifetimes", "lower_bound", "overlaps", "plan", "room"]
+__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "gaps", "lifetimes", "lower_bound", "overlaps", "plan", "profile",
+           "room"]

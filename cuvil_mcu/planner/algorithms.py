@@ -38,24 +38,68 @@ def lower_bound(records: list[Record]) -> int:
     if not records:
         return 0
     steps = sorted({p[2] for r in records for p in pieces(r)} | {p[3] for r in records for p in pieces(r)})
-    return max(sum(live_extent(r, s) for r in records) for s in steps)
+    return max(live_per_step(records, steps))
 
 
-def _first_fit(records: list[Record], order: list[int]) -> list[int]:
+def live_per_step(records: list[Record], steps: list[int]) -> list[int]:
+    """sum(live_extent(r, s) for r in records) for each s of steps (sorted),
+    in one sweep: a plain record adds its size over its lifetime, a record of
+    pieces is measured at the steps it spans."""
+    from bisect import bisect_left, bisect_right
+    delta = [0] * (len(steps) + 1)
+    for r in records:
+        if len(r) > 3 and r[3]:
+            for k in range(bisect_left(steps, r[1]), bisect_right(steps, r[2])):
+                ext = live_extent(r, steps[k])
+                delta[k] += ext
+                delta[k + 1] -= ext
+        elif r[0]:
+            a, b = bisect_left(steps, r[1]), bisect_right(steps, r[2])
+            if a < b:
+                delta[a] += r[0]
+                delta[b] -= r[0]
+    out, run = [], 0
+    for d in delta[:-1]:
+        run += d
+        out.append(run)
+    return out
+
+
+def conflicts(records: list[Record]) -> list[list[int]]:
+    """For each record, the others whose lifetimes overlap it (ascending)."""
+    import numpy as np
+    first = np.array([r[1] for r in records])
+    last = np.array([r[2] for r in records])
+    meet = (first[:, None] <= last[None, :]) & (first[None, :] <= last[:, None])
+    np.fill_diagonal(meet, False)
+    return [np.flatnonzero(row).tolist() for row in meet]
+
+
+def _first_fit(records: list[Record], order: list[int], conf: list[list[int]] | None = None,
+               keep: tuple[int, list[int]] = (0, [])) -> list[int]:
+    """Place records in `order`, each at the lowest offset free of the placed
+    records it overlaps in time. conf: conflicts(records), when the caller
+    has it; keep=(k, offsets): the first k of order are placed as in offsets
+    (a run whose order began the same way)."""
+    conf = conflicts(records) if conf is None else conf
     offsets = [0] * len(records)
-    placed: list[int] = []
+    placed = [False] * len(records)
     plain = all(len(r) < 4 or not r[3] for r in records)
-    for i in order:
+    k, prev = keep
+    for pos, i in enumerate(order):
         size = records[i][0]
         if size == 0:
             continue
+        if pos < k:
+            offsets[i] = prev[i]
+            placed[i] = True
+            continue
         if plain:
-            busy = sorted((offsets[j], offsets[j] + records[j][0]) for j in placed
-                          if overlaps(records[i], records[j]))
+            busy = sorted((offsets[j], offsets[j] + records[j][0]) for j in conf[i] if placed[j])
         else:
             # base offsets at which a piece of i would meet a placed piece live at the same time
             busy = sorted((offsets[j] + pa - qa - qn + 1, offsets[j] + pa + pn - qa)
-                          for j in placed if overlaps(records[i], records[j])
+                          for j in conf[i] if placed[j]
                           for pa, pn, pf, pl in pieces(records[j]) if pn
                           for qa, qn, qf, ql in pieces(records[i]) if qn and pf <= ql and qf <= pl)
             busy = [(lo + size - 1, hi) for lo, hi in busy]   # as [lo, hi) ranges of [off, off + size)
@@ -65,7 +109,7 @@ def _first_fit(records: list[Record], order: list[int]) -> list[int]:
                 break
             off = max(off, hi)
         offsets[i] = off
-        placed.append(i)
+        placed[i] = True
     return offsets
 
 
@@ -81,10 +125,10 @@ def greedy_by_size(records: list[Record]) -> list[int]:
 
 def greedy_by_conflicts(records: list[Record]) -> list[int]:
     """Most-constrained first: buffers overlapping the most bytes of others."""
-    def pressure(i):
-        return sum(r[0] for j, r in enumerate(records) if j != i and overlaps(records[i], r))
-    order = sorted(range(len(records)), key=lambda i: (-pressure(i), -records[i][0], i))
-    return _first_fit(records, order)
+    conf = conflicts(records)
+    pressure = [sum(records[j][0] for j in conf[i]) for i in range(len(records))]
+    order = sorted(range(len(records)), key=lambda i: (-pressure[i], -records[i][0], i))
+    return _first_fit(records, order, conf)
 
 
 def linear_scan(records: list[Record]) -> list[int]:
@@ -99,7 +143,8 @@ def hill_climb(records: list[Record], iterations: int = 400, seed: int = 0) -> l
     same plan. Stops early once the lower bound is reached."""
     n = len(records)
     order = sorted(range(n), key=lambda i: (-records[i][0], records[i][1], i))
-    best = _first_fit(records, order)
+    conf = conflicts(records)
+    best = _first_fit(records, order, conf)
     best_size = _extent(records, best)
     bound = lower_bound(records)
     if n < 2 or best_size <= bound:
@@ -110,7 +155,8 @@ def hill_climb(records: list[Record], iterations: int = 400, seed: int = 0) -> l
         if a == b:
             continue
         order[a], order[b] = order[b], order[a]
-        offs = _first_fit(records, order)
+        # order is best's order with a and b swapped: what comes before both is placed as in best
+        offs = _first_fit(records, order, conf, keep=(min(a, b), best))
         size = _extent(records, offs)
         if size <= best_size:
             best, best_size = offs, size

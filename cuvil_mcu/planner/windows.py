@@ -20,6 +20,7 @@ module and of the planner).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,11 +33,23 @@ class Order:
     what: str = ""            # for --plan-out: the kernel and its order
     params: dict | None = None   # the model and its parameters (--plan-out; the tests replay them)
 
+    def key(self) -> bytes:
+        """A digest of the order's content."""
+        if getattr(self, "_key", None) is None:
+            h = hashlib.sha1(self.write_step.tobytes())
+            h.update(b"|")
+            h.update(self.last_read.tobytes())
+            self._key = h.digest()
+        return self._key
+
     def safe(self, delta: int) -> bool:
         n_out, n_in = self.write_step.size, self.last_read.size
         a0, a1 = max(0, -delta), min(n_out, n_in - delta)
         if a0 >= a1:
             return True
+        # every 61st byte first: most unsafe deltas fail there at a fraction of the cost
+        if a1 - a0 > 4096 and not np.all(self.write_step[a0:a1:61] >= self.last_read[a0 + delta:a1 + delta:61]):
+            return False
         return bool(np.all(self.write_step[a0:a1] >= self.last_read[a0 + delta:a1 + delta]))
 
     def sufficient_delta(self) -> int:
@@ -57,8 +70,26 @@ class Order:
         return int(np.min(after[self.write_step] - a - 1))
 
 
+_BEST: dict = {}       # best_delta's answers by the order's content (plans are made several times per compile)
+
+# The search compares at most this many output bytes in all (a big host
+# tensor would otherwise take time quadratic in its size); every model a
+# microcontroller runs stays far below it (mobilenet_v2 0.35 int8: 0.8e9 at most).
+SEARCH_BUDGET = 2 ** 30
+
+
 def best_delta(order: Order, align: int, at: int = 0, extent: tuple[int, int] | None = None,
                blocked: list[tuple[int, int]] = (), tries: int = 64) -> int | None:
+    key = (order.key(), align, at, extent, tuple(blocked), tries)
+    if key not in _BEST:
+        if len(_BEST) > 4096:
+            _BEST.clear()
+        _BEST[key] = _best_delta(order, align, at, extent, blocked, tries)
+    return _BEST[key]
+
+
+def _best_delta(order: Order, align: int, at: int = 0, extent: tuple[int, int] | None = None,
+                blocked: list[tuple[int, int]] = (), tries: int = 64) -> int | None:
     """The output's offset from the input's (a multiple of align) that is
     safe and keeps the buffer smallest: the input sits at `at` in a buffer
     spanning `extent` (default: the input alone) in which the `blocked`
@@ -77,20 +108,33 @@ def best_delta(order: Order, align: int, at: int = 0, extent: tuple[int, int] | 
 
     def free(d):
         return not any(at + d < b1 and b0 < at + d + n_out for b0, b1 in blocked)
-    cands = sorted((d for d in range(-lo + align, hi, align) if free(d)), key=lambda d: (span(d), -abs(d), d))
+    # the candidates in order of (span, -|d|, d), computed for all at once
+    ds = np.arange(-lo + align, hi, align, dtype=np.int64)
+    ok = np.ones(ds.size, bool)
+    for b0, b1 in blocked:
+        ok &= ~((at + ds < b1) & (b0 < at + ds + n_out))
+    ds = ds[ok]
+    sp = np.maximum(g_hi, at + ds + n_out) - np.minimum(g_lo, at + ds)
+    cands = [int(d) for d in ds[np.lexsort((ds, -np.abs(ds), sp))]]
+    budget = [SEARCH_BUDGET]     # output bytes compared, all safe() calls together
+
+    def safe(d):
+        budget[0] -= n_out
+        return order.safe(d)
+
     for d in cands[:tries]:
-        if order.safe(d):
+        if safe(d):
             return d
     best = None
     d = (order.sufficient_delta() // align) * align
-    while d > -lo and not (free(d) and order.safe(d)):
+    while d > -lo and budget[0] > 0 and not (free(d) and safe(d)):
         d -= align
-    if d > -lo:
+    if d > -lo and budget[0] > 0:
         best = d
     for d in cands[tries:]:          # the rest, in order, until one beats the sufficient one
-        if best is not None and span(d) >= span(best):
+        if (best is not None and span(d) >= span(best)) or budget[0] <= 0:
             break
-        if order.safe(d):
+        if safe(d):
             return d
     return best
 
@@ -114,16 +158,19 @@ def _first_cover(n_in: int, n_out: int, k: int, s: int, pad: int) -> np.ndarray:
 
 
 def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = "",
-           reverse: bool = False, seq: bool = False) -> Order:
+           reverse: bool = False, seq: bool = False, opos=None) -> Order:
     """Output pixels in raster order (batch, row, column), `group` pixels per
     pass; per pass, output channels in blocks of `cblock` (0: all at once):
     for each block the pass's inputs are read (a depthwise block reads only
     its own channels, a general conv the whole window), then the block's
     outputs of every pixel of the pass are written (seq: each pixel's
     inputs read and outputs written in turn, pixel after pixel of the pass,
-    for each block). cblock 0 is a kernel that copies the pass's windows
-    before any output is written. reverse: the passes run from the last
-    pixel down."""
+    for each block; a pass short of pixels at the very end computes its last
+    pixel again, reading its window again, in the remaining turns). cblock
+    0 is a kernel that copies the pass's windows before any output is
+    written. reverse: the passes run from the last pixel down. opos: output
+    channel m is stored at channel position opos[m] of its pixel (a channel
+    shuffle folded into the stores, ops.conv.out_channels)."""
     (h, w), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
     (dh, dw) = geo.dilations
@@ -144,7 +191,12 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
 
     def within(q):   # the pixel's turn inside its pass and block
         return q % npx % group if seq else np.zeros_like(q)
-    ws = ((step(pix)[:, None] * nblk + (np.arange(m) // cb)[None, :]) * sub + within(pix)[:, None]).reshape(-1)
+    ws = (step(pix)[:, None] * nblk + (np.arange(m) // cb)[None, :]) * sub + within(pix)[:, None]
+    if opos is not None:
+        placed = np.empty_like(ws)
+        placed[:, np.asarray(opos, np.int64)] = ws
+        ws = placed
+    ws = ws.reshape(-1)
     cover = _first_cover if reverse else _last_cover
     ry = cover(h, oh, kh, sh, pt)
     rx = cover(w, ow, kw, sw, pl)
@@ -157,12 +209,15 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
     else:
         blk = np.full(c, nblk - 1)
     lp = np.maximum(last_pix, 0)
-    lr = (step(lp)[:, None] * nblk + blk[None, :]) * sub + within(lp)[:, None]
+    turn = within(lp)
+    if seq and (nb * npx) % group:   # a short last pass computes its last pixel again in the pass's last turn
+        turn = np.where(lp == nb * npx - 1, group - 1, turn)
+    lr = (step(lp)[:, None] * nblk + blk[None, :]) * sub + turn[:, None]
     lr = np.where(last_pix[:, None] >= 0, lr, -1).reshape(-1)
     return Order(ws.astype(np.int64), lr.astype(np.int64),
                  what or f"raster(group={group}, cblock={cblock}{', reverse' if reverse else ''})",
                  dict(model="raster", depthwise=bool(depthwise), group=group, cblock=cblock, reverse=bool(reverse),
-                      seq=bool(seq)))
+                      seq=bool(seq), **({} if opos is None else {"opos": [int(v) for v in opos]})))
 
 
 def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, lb: int, sh: int, pt: int,

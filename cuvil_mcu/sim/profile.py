@@ -157,8 +157,8 @@ def twin(board):
 
 def latency_lines(compiled, run_sim: bool = False) -> list[str]:
     """gen's lines: the latency at the board's clock from a cached profile
-    (or a quick profiling run on the core's QEMU twin with run_sim), and RAM
-    as arena + stack (measured by that run, else the board's reserve)."""
+    (or a quick profiling run on the core's QEMU twin with run_sim), and the
+    stack that run measured."""
     b = compiled.board
     p = cached(compiled) if cycles.has_model(b) else None
     tw = twin(b) if cycles.has_model(b) else None
@@ -170,13 +170,10 @@ def latency_lines(compiled, run_sim: bool = False) -> list[str]:
                      f"{p.per_mac or 0:.3f}/MAC, {p.model}, {p.wait_states} wait states; profiled on {p.board})")
     elif cycles.has_model(b) and tw is not None:
         lines.append(f"latency  not profiled yet: `cuvil-mcu gen --latency` (or sim/report on {tw.id}) measures it")
-    arena = compiled.plan.arena_size
-    if p is not None and p.stack is not None:
-        lines.append(f"RAM+stk  {arena + p.stack:,} B = arena {arena:,} + stack {p.stack:,} (measured high-water mark "
-                     f"on {p.board})")
-    elif b.stack_reserve:
-        lines.append(f"RAM+stk  {arena + b.stack_reserve:,} B = arena {arena:,} + stack {b.stack_reserve:,} (the board's "
-                     f"stack reserve; not measured)")
+    if p is not None and p.stack is not None:   # RAM itself is the summary's RAM line (arena + stack bound)
+        lines.append(f"stack    {p.stack:,} B measured on {p.board} (high-water mark of the harness and "
+                     f"{compiled.prefix}_run)" + (f", within the {b.stack_reserve:,} B stack reserve"
+                                                   if b.stack_reserve else ""))
     return lines
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import boards as boards_mod
+from .. import samples
 from ..boards import Board
 from ..errors import BoardError, BudgetError, CuvilError, InputError, ToolError
 from . import firmware
@@ -151,11 +152,10 @@ def as_inputs(compiled, inputs) -> list[np.ndarray]:
     for name, x in zip(g.inputs, inputs):
         t = g.tensors[name]
         x = np.asarray(x)
-        if tuple(x.shape) == t.shape:
-            x = x[None]
-        if tuple(x.shape[1:]) != t.shape:
-            raise InputError(f"input '{name}' has shape {list(x.shape)}, the model expects {list(t.shape)} "
-                             f"(or [samples, {', '.join(map(str, t.shape))}])")
+        layout = samples.layout_of(x.shape, t.shape)
+        if layout is None:
+            raise InputError(f"input '{name}' has shape {list(x.shape)}, the model expects {samples.expected(t.shape)}")
+        x = samples.to_samples(x, t.shape, layout)
         if x.dtype.name != t.dtype:
             raise InputError(f"input '{name}' is {x.dtype}, the model expects {t.dtype}")
         out.append(np.ascontiguousarray(x))

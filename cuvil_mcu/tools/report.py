@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from .. import ops
 
 ESC = html.escape
-CTYPE_BYTES = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4, "float": 4,
-               "int64_t": 8, "uint64_t": 8, "double": 8, "char": 1, "unsigned char": 1, "signed char": 1}
 
 
 @dataclass
@@ -47,11 +45,10 @@ class Row:
     cycles: int | None = None
 
 
-def _const_sizes(header: str, prefix: str) -> dict[str, int]:
-    out = {}
-    for m in re.finditer(rf"static const ([a-z0-9_ ]+?) ({prefix}__\w+)\[(\d+)\]", header):
-        out[m.group(2)] = CTYPE_BYTES.get(m.group(1).strip(), 4) * int(m.group(3))
-    return out
+def _const_sizes(compiled) -> dict[str, int]:
+    """Bytes of each const array (symbol -> bytes), from the compiler's own
+    list: the header prints big ones as words in a union (codegen/carray.py)."""
+    return {k.symbol: int(k.data.nbytes) for k in compiled.consts}
 
 
 def _node_code(header: str, prefix: str) -> list[str]:
@@ -88,7 +85,7 @@ def _why(kernels: list[str], board, op_type: str) -> str:
 
 def rows(compiled, profile=None) -> list[Row]:
     g, plan, p = compiled.graph, compiled.plan, compiled.prefix
-    sizes = _const_sizes(compiled.header, p)
+    sizes = _const_sizes(compiled)
     code = _node_code(compiled.header, p)
     seen: set[str] = set()
     out = []

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import samples
 from ..errors import InputError, ModelLoadError
 
 PER_LAYER_SAMPLES = 32
@@ -68,10 +69,9 @@ def load_dataset(path: str, compiled, originals: list | None = None) -> tuple[li
         t = g.tensors[name]
         x = arrays[name]
         want = f"{t.dtype}[samples, {', '.join(map(str, t.shape))}]"
-        if x.ndim == len(t.shape) + 1 and tuple(x.shape[1:]) == t.shape:
-            pass
-        elif t.shape and t.shape[0] == 1 and tuple(x.shape[1:]) == t.shape[1:]:
-            x = x.reshape((x.shape[0], *t.shape))      # samples on the batch axis of a batch-1 model
+        layout = samples.layout_of(x.shape, t.shape)
+        if layout in (samples.STACKED, samples.BATCH) or (layout == samples.ONE and t.shape and t.shape[0] == 1):
+            x = samples.to_samples(x, t.shape, layout)   # (ONE of a batch-1 input: one sample on the batch axis)
         else:
             raise InputError(f"{path}: input '{name}': expected {want}, got {x.dtype}{list(x.shape)}")
         if x.shape[0] == 0:
@@ -245,7 +245,8 @@ class Result:
 def _ort_session(model, extra_outputs: bool = False):
     import onnx
     import onnxruntime as ort
-    m = onnx.load(str(model)) if not isinstance(model, onnx.ModelProto) else model
+    from ..frontend.onnx_file import read_model   # external data only from inside the model's folder
+    m = read_model(str(model)) if not isinstance(model, onnx.ModelProto) else model
     names = []
     if extra_outputs:
         try:

@@ -16,15 +16,16 @@
    Inputs and outputs live inside the arena (zero-copy); model_run_copy()
    copies them in and out instead. model_run may overwrite the inputs (layers
    write their outputs over what they consume): write them again before each
-   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
-   the arena: 480 bytes, aligned to 16.
+   run (cuvil-mcu gen --preserve-input keeps them). At run time the model
+   needs the arena (480 bytes, aligned to 16) and at most 512 bytes
+   of stack: MODEL_RAM_SIZE in all.
 
    Inputs:
      0: "x" float32 [1, 3, 4, 5]  (60 elements, 240 bytes)
    Outputs:
      0: "y" float32 [1, 60]  (60 elements, 240 bytes)
-   Memory: arena 480 B (planner: greedy_by_size, lower bound 480 B) + kernel stack <= 512 B = RAM 992 B; constants 612 B.
-   Compute: 0 multiply-accumulates per inference.
+   Memory: arena 480 B (planner: greedy_by_size, lower bound 480 B) + kernel stack <= 512 B = RAM 992 B; constants 564 B.
+   Compute: 60 multiply-accumulates per inference.
 
    Hooks (define before including): MODEL_STATIC (make the API static),
    MODEL_WEIGHTS_ATTR (section/alignment of the constants),
@@ -143,7 +144,14 @@ MODEL_DEF const char *model_status_str(int status);
 extern "C" {
 #endif
 
-/* ---- constants (612 bytes) ---- */
+/* ---- constants (564 bytes) ---- */
+/* Arrays of 64 bytes or more hold their bytes as little-endian 64-bit
+   words (exact, and compact), in a union with the element array the kernels
+   read: reading the other member of a union is defined in C99 (6.5.2.3) and
+   documented type punning in C++ for gcc, clang and MSVC. */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "model.h: the constants are stored as little-endian words; this target is big-endian"
+#endif
 /* bcast_shape int32[6] */
 static const int32_t model__w0_bcast_shape[6] MODEL_WEIGHTS_ATTR = {
     1, 1, 1, 1, 3, 20
@@ -160,36 +168,26 @@ static const int32_t model__w2_bcast_stride[6] MODEL_WEIGHTS_ATTR = {
 static const float model__w3_b[3] MODEL_WEIGHTS_ATTR = {
     -1.0434254f, -2.2694712f, 0.53382033f
 };
-/* bcast_shape int32[6] */
-static const int32_t model__w4_bcast_shape[6] MODEL_WEIGHTS_ATTR = {
-    1, 1, 1, 1, 1, 60
-};
-/* bcast_stride int32[6] */
-static const int32_t model__w5_bcast_stride[6] MODEL_WEIGHTS_ATTR = {
-    0, 0, 0, 0, 0, 1
-};
-/* w float32[60] */
-static const float model__w6_w[60] MODEL_WEIGHTS_ATTR = {
-    -1.0816169f, -0.4194583f, 0.33973137f, 0.6074826f, -1.1180178f, 1.1710758f, -0.4302446f, 1.0597537f,
-    1.2392946f, -0.4781866f, 0.87652045f, 2.3670943f, -1.1656594f, -0.6655646f, 1.298783f, 1.0740472f,
-    -0.20594415f, 1.8430872f, 0.018781781f, 0.42275512f, -1.374073f, -1.6611656f, 2.3612094f, 0.32392424f,
-    -0.77287775f, 1.3052351f, 0.8885981f, -1.0450598f, -1.2757705f, -1.257046f, -0.6549354f, 1.0145034f,
-    1.1680846f, -0.93135f, 0.49020848f, -0.10860538f, -0.4808234f, 0.39766076f, -1.8914735f, -1.1258365f,
-    -0.15631063f, -1.2087572f, -2.1388276f, 0.53277457f, -0.15661152f, 0.22402944f, 3.0321968f, 0.22199969f,
-    1.6607393f, 0.03673074f, -0.31458068f, -1.4054896f, -0.19006005f, -0.47608116f, -0.84771866f, 0.49346f,
-    0.6273043f, 0.5041543f, -0.7747005f, -0.4241444f
-};
-/* c float32[1, 60] */
-static const float model__w7_c[60] MODEL_WEIGHTS_ATTR = {
-    -1.1943254f, 0.8283939f, 1.2361314f, -0.2567708f, 0.15415996f, 1.2167993f, 0.42348146f, -1.8979592f,
-    -0.123662055f, -0.6838856f, -0.15785393f, 0.015741687f, -0.7444472f, -0.57240975f, 0.31078115f, 0.30071965f,
-    0.8196001f, 0.512277f, -0.8332826f, 2.7723615f, 0.03441843f, 0.47896725f, 0.25863495f, 1.2048643f,
-    0.25732702f, -2.732022f, -0.2192531f, 1.2007163f, -1.488634f, -1.0143806f, 0.925939f, -1.2095821f,
-    0.7630107f, -1.1869931f, -0.18117419f, 2.3610692f, 1.0104649f, -0.23144326f, -0.60726434f, -1.2372688f,
-    -0.21279366f, 0.51485634f, -1.6376505f, -0.5876316f, 0.56657535f, 0.80389726f, 0.5539112f, -1.6305324f,
-    -0.60883033f, 0.20828058f, -1.3445709f, 0.85195994f, 0.26171997f, -0.082325235f, -1.4159528f, 0.14392835f,
-    1.957231f, -1.5159361f, -0.11518437f, 0.26042804f
-};
+/* scale_1_s float32[60] */
+static const union { uint64_t w[30]; float v[60]; } model__w4_scale_1_s__u MODEL_WEIGHTS_ATTR = { {
+0xbed6c33dbf8a726c,0x3f1b83fb3eadf145,0x3f95e5d0bf8f1b35,0x3f87a602bedc4905,0xbef4d4e03f9ea135,
+0x40177e793f6063a5,0xbf2a6271bf953454,0x3f897a613fa63e85,0x3febea48be52e306,0x3ed8735c3c99dc40,
+0xbfd4a113bfafe1a0,0x3ea5d96640171e0e,0x3fa711f2bf45db51,0xbf85c4853f637b2a,0xbfa0e6e2bfa34c73,
+0x3f81db3fbf27a9d9,0xbf6e6cf43f9583cc,0xbdde6c7f3efafc9b,0x3ecb9a31bef62e7c,0xbf901b69bff21bce,
+0xbf9ab88ebe200fe5,0x3f0863eac008e28d,0x3e6567f9be205ec5,0x3e6353e340420f83,0x3d1672f93fd4931b,
+0xbfb3e715bea110b8,0xbef3c0e9be429f1a,0x3efca6cabf590417,0x3f0110423f209704,0xbed92974bf4652c6,
+} };
+#define model__w4_scale_1_s (model__w4_scale_1_s__u.v)
+/* scale_1_t float32[60] */
+static const union { uint64_t w[30]; float v[60]; } model__w5_scale_1_t__u MODEL_WEIGHTS_ATTR = { {
+0xbf54119f3f98dfa8,0x3e837776bf9e398e,0xbf9bc014be1ddc1c,0x3ff2f054bed8d290,0x3f2f13203dfd4288,
+0xbc80f4b63e21a476,0x3f1289723f3e9417,0xbe99f7edbe9f1eb5,0xbf032496bf51d150,0xc0316e5f3f555202,
+0xbef53b32bd0cfa57,0xbf9a38febe846bcd,0x402ed973be83c05e,0xbf99b1123e6083e2,0x3f81d7393fbe8b8f,
+0x3f9ad396bf6d0a57,0x3f97ef64bf4354ab,0xc0171bc23e3985ba,0x3e6cff76bf8156ea,0x3f9e5ed33f1b75ad,
+0xbf03cda03e59e695,0x3f166f063fd19e88,0xbf4dcc36bf110b15,0x3fd0b549bf0dcd20,0xbe5547813f1bdc4e,
+0xbf5a1a0c3fac1ae6,0x3da89a22be860029,0xbe1361f43fb53df1,0x3fc20a32bffa868c,0xbe8556d33debe5c8,
+} };
+#define model__w5_scale_1_t (model__w5_scale_1_t__u.v)
 
 /* ---- kernels ---- */
 /* out = x + y for x from a, y from b (broadcast), then the fused clamp
@@ -216,52 +214,22 @@ static void model__binary_f32_add(float *out, const float *a, const float *b, co
     }
 }
 
-/* out = x * y for x from a, y from b (broadcast), then the fused clamp
-   [lo, hi]. n: 6 dimension sizes, outer first; sa/sb: element strides of a
-   and b (0 where broadcast). out may be a or b (in place). */
-static void model__binary_f32_mul(float *out, const float *a, const float *b, const int32_t *n,
-                     const int32_t *sa, const int32_t *sb, float lo, float hi)
+/* Inference BatchNormalization folded to a per-channel affine map, with the
+   fused clamp: y[b][c][i] = clamp(x[b][c][i] * s[c] + t[c], lo, hi) for
+   b < n, c < ch, i < inner (the elements per channel). y may be x. */
+static void model__batchnorm_f32(float *y, const float *x, const float *s, const float *t,
+                     int32_t n, int32_t ch, int32_t inner, float lo, float hi)
 {
-    int32_t i0, i1, i2, i3, i4, i5;
-    for (i0 = 0; i0 < n[0]; ++i0)
-    for (i1 = 0; i1 < n[1]; ++i1)
-    for (i2 = 0; i2 < n[2]; ++i2)
-    for (i3 = 0; i3 < n[3]; ++i3)
-    for (i4 = 0; i4 < n[4]; ++i4) {
-        const float *pa = a + i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3] + i4 * sa[4];
-        const float *pb = b + i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3] + i4 * sb[4];
-        const int32_t da = sa[5], db = sb[5];
-        for (i5 = 0; i5 < n[5]; ++i5) {
-            const float x = pa[i5 * da];
-            const float y = pb[i5 * db];
-            const float r = x * y;
-            *out++ = r < lo ? lo : (r > hi ? hi : r);
+    int32_t b, c, i;
+    for (b = 0; b < n; ++b)
+        for (c = 0; c < ch; ++c) {
+            const float sc = s[c], sh = t[c];
+            const int32_t base = (b * ch + c) * inner;
+            for (i = 0; i < inner; ++i) {
+                const float r = x[base + i] * sc + sh;
+                y[base + i] = r < lo ? lo : (r > hi ? hi : r);
+            }
         }
-    }
-}
-
-/* out = x - y for x from a, y from b (broadcast), then the fused clamp
-   [lo, hi]. n: 6 dimension sizes, outer first; sa/sb: element strides of a
-   and b (0 where broadcast). out may be a or b (in place). */
-static void model__binary_f32_sub(float *out, const float *a, const float *b, const int32_t *n,
-                     const int32_t *sa, const int32_t *sb, float lo, float hi)
-{
-    int32_t i0, i1, i2, i3, i4, i5;
-    for (i0 = 0; i0 < n[0]; ++i0)
-    for (i1 = 0; i1 < n[1]; ++i1)
-    for (i2 = 0; i2 < n[2]; ++i2)
-    for (i3 = 0; i3 < n[3]; ++i3)
-    for (i4 = 0; i4 < n[4]; ++i4) {
-        const float *pa = a + i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3] + i4 * sa[4];
-        const float *pb = b + i0 * sb[0] + i1 * sb[1] + i2 * sb[2] + i3 * sb[3] + i4 * sb[4];
-        const int32_t da = sa[5], db = sb[5];
-        for (i5 = 0; i5 < n[5]; ++i5) {
-            const float x = pa[i5 * da];
-            const float y = pb[i5 * db];
-            const float r = x - y;
-            *out++ = r < lo ? lo : (r > hi ? hi : r);
-        }
-    }
 }
 
 /* y[i] = 1.0f / (1.0f + expf(-v)) for v = x[i]; p0/p1 are the op's parameters. y may be x. */
@@ -297,14 +265,12 @@ MODEL_DEF int model_run(void *arena)
     if (a == NULL) return MODEL_ERR_NULL;
     if (((uintptr_t)a & (MODEL_ARENA_ALIGN - 1u)) != 0u) return MODEL_ERR_ALIGN;
     /* 0: Add 'add_bias' + Relu 'relu' -> [1, 3, 4, 5] */
-    model__binary_f32_add((float *)(a + 240u), (float *)(a + 0u), model__w3_b, model__w0_bcast_shape, model__w1_bcast_stride, model__w2_bcast_stride, 0.0f, FLT_MAX);
+    model__binary_f32_add((float *)(a + 240u), (float *)(a + 0u), model__w3_b, model__w0_bcast_shape, model__w1_bcast_stride, model__w2_bcast_stride, 0.0f, INFINITY);
     /* 1: Reshape 'flatten' -> [1, 60] */
     /* view: no code */
-    /* 2: Mul 'scale' -> [1, 60] */
-    model__binary_f32_mul((float *)(a + 240u), (float *)(a + 240u), model__w6_w, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -FLT_MAX, FLT_MAX);
-    /* 3: Sub 'shift' -> [1, 60] */
-    model__binary_f32_sub((float *)(a + 240u), (float *)(a + 240u), model__w7_c, model__w4_bcast_shape, model__w5_bcast_stride, model__w5_bcast_stride, -FLT_MAX, FLT_MAX);
-    /* 4: Sigmoid 'sigmoid' -> [1, 60] */
+    /* 2: BatchNormalization 'scale_1' + Mul 'scale', Sub 'shift' -> [1, 60] */
+    model__batchnorm_f32((float *)(a + 240u), (float *)(a + 240u), model__w4_scale_1_s, model__w5_scale_1_t, 1, 60, 1, -INFINITY, INFINITY);
+    /* 3: Sigmoid 'sigmoid' -> [1, 60] */
     model__unary_f32_sigmoid((float *)(a + 240u), (float *)(a + 240u), 60, 0.0f, 0.0f);
     return MODEL_OK;
 }

@@ -16,8 +16,9 @@
    Inputs and outputs live inside the arena (zero-copy); vww_run_copy()
    copies them in and out instead. vww_run may overwrite the inputs (layers
    write their outputs over what they consume): write them again before each
-   run (cuvil-mcu gen --preserve-input keeps them). Everything the model needs at run time is
-   the arena: 192 bytes, aligned to 16.
+   run (cuvil-mcu gen --preserve-input keeps them). At run time the model
+   needs the arena (192 bytes, aligned to 16) and at most 512 bytes
+   of stack: VWW_RAM_SIZE in all.
 
    Inputs:
      0: "a" float32 [2, 7]  (14 elements, 56 bytes)
@@ -246,7 +247,7 @@ static void vww__unary_f32_tanh(float *y, const float *x, int32_t n, float p0, f
     }
 }
 
-/* out = (x > y || y != y) ? x : y for x from a, y from b (broadcast), then the fused clamp
+/* out = (x > y || x != x) ? x : y for x from a, y from b (broadcast), then the fused clamp
    [lo, hi]. n: 6 dimension sizes, outer first; sa/sb: element strides of a
    and b (0 where broadcast). out may be a or b (in place). */
 static void vww__binary_f32_max(float *out, const float *a, const float *b, const int32_t *n,
@@ -264,7 +265,7 @@ static void vww__binary_f32_max(float *out, const float *a, const float *b, cons
         for (i5 = 0; i5 < n[5]; ++i5) {
             const float x = pa[i5 * da];
             const float y = pb[i5 * db];
-            const float r = (x > y || y != y) ? x : y;
+            const float r = (x > y || x != x) ? x : y;
             *out++ = r < lo ? lo : (r > hi ? hi : r);
         }
     }
@@ -291,13 +292,13 @@ VWW_DEF int vww_run(void *arena)
     if (a == NULL) return VWW_ERR_NULL;
     if (((uintptr_t)a & (VWW_ARENA_ALIGN - 1u)) != 0u) return VWW_ERR_ALIGN;
     /* 0: Mul 'mul' -> [2, 7] */
-    vww__binary_f32_mul((float *)(a + 64u), (float *)(a + 0u), (float *)(a + 128u), vww__w0_bcast_shape, vww__w1_bcast_stride, vww__w2_bcast_stride, -FLT_MAX, FLT_MAX);
+    vww__binary_f32_mul((float *)(a + 64u), (float *)(a + 0u), (float *)(a + 128u), vww__w0_bcast_shape, vww__w1_bcast_stride, vww__w2_bcast_stride, -INFINITY, INFINITY);
     /* 1: Sub 'sub' -> [2, 7] */
-    vww__binary_f32_sub((float *)(a + 64u), (float *)(a + 64u), (float *)(a + 0u), vww__w3_bcast_shape, vww__w2_bcast_stride, vww__w2_bcast_stride, -FLT_MAX, FLT_MAX);
+    vww__binary_f32_sub((float *)(a + 64u), (float *)(a + 64u), (float *)(a + 0u), vww__w3_bcast_shape, vww__w2_bcast_stride, vww__w2_bcast_stride, -INFINITY, INFINITY);
     /* 2: Tanh 'tanh' -> [2, 7] */
     vww__unary_f32_tanh((float *)(a + 64u), (float *)(a + 64u), 14, 0.0f, 0.0f);
     /* 3: Max 'max' -> [2, 7] */
-    vww__binary_f32_max((float *)(a + 128u), (float *)(a + 0u), vww__w5_q, vww__w3_bcast_shape, vww__w2_bcast_stride, vww__w4_bcast_stride, -FLT_MAX, FLT_MAX);
+    vww__binary_f32_max((float *)(a + 128u), (float *)(a + 0u), vww__w5_q, vww__w3_bcast_shape, vww__w2_bcast_stride, vww__w4_bcast_stride, -INFINITY, INFINITY);
     /* 4: Flatten 'flat' -> [2, 7] */
     /* view: no code */
     return VWW_OK;

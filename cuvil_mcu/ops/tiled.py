@@ -1,0 +1,202 @@
+"""TiledRegion: a chain of layers executed band by band (patch-based
+execution, planner/tiling.py; passes/tile.py makes these nodes).
+
+The node reads the region's input (input 0, whole in the arena) and writes
+its output (whole); the layers' intermediate tensors exist only as the
+region's band buffers, which with the layers' kernel scratch are the node's
+arena scratch (planned by planner.tiling.inner_plan). Each band calls every
+layer's own kernel (its op's emit, so its ISA variant) on sub-views: a band
+of rows of an NHWC tensor is contiguous, so a sub-view is a pointer and the
+band's shape and padding (op.band_node). Bands with the same shapes run in
+one C loop whose pointers advance by whole rows.
+
+The reference runs the layers one after the other on whole tensors: tiling
+must not change a byte.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codegen.carray import c_comment
+from ..ir import Node, Tensor
+from ..planner import tiling
+from .base import Op, register
+
+OP_TYPE = "cuvil.TiledRegion"
+
+
+@dataclass
+class Region:
+    nodes: list[Node]               # the layers, in order; node j + 1 reads node j's output 0
+    tensors: dict[str, Tensor]      # the layers' outputs but the last (never whole in the arena)
+    rows: list[tiling.Rows]         # per layer: its vertical geometry
+    band: int                       # output rows of the last layer per band
+    cache: tuple[bool, ...]         # per buffer (layers 0 .. L-2): halo rows kept (else recomputed)
+    out: tuple                      # (shape, dtype) of the region's output
+
+    def schedule(self) -> tiling.Schedule:
+        return tiling.schedule(self.rows, self.band, self.cache)
+
+    def describe(self) -> str:
+        kept = sum(self.cache)
+        modes = ("halo rows kept" if kept == len(self.cache) else "halo rows recomputed" if not kept else
+                 f"halo rows kept in {kept} of {len(self.cache)} buffers, recomputed in the others")
+        n = -(-self.rows[-1].h_out // self.band)
+        return f"{len(self.nodes)} layers in {n} bands of {self.band} row{'s' * (self.band > 1)}, {modes}"
+
+
+def region(node: Node) -> Region:
+    return node.attrs["_region"]
+
+
+def _tensors(node: Node, ins: list) -> dict[str, Tensor]:
+    r = region(node)
+    return {**{t.name: t for t in ins if t is not None}, **r.tensors}
+
+
+def _layer(n: Node, tens: dict[str, Tensor]):
+    from . import get
+    op = get(n.op_type)
+    return op, [tens[i] if i else None for i in n.inputs], [tens[o] for o in n.outputs if o]
+
+
+@register(OP_TYPE)
+class TiledRegion(Op):
+    def infer(self, node, ins):
+        return [region(node).out]
+
+    def reference(self, node, ins, *arrays):
+        r = region(node)
+        vals = {t.name: a for t, a in zip(ins, arrays) if t is not None}
+        tens = _tensors(node, ins)
+        for n in r.nodes:
+            op, nin, _ = _layer(n, {**tens, n.outputs[0]: None})
+            res = op.reference(n, nin, *[vals[i] if i else None for i in n.inputs])
+            t = r.tensors.get(n.outputs[0])
+            v = np.asarray(res[0])
+            vals[n.outputs[0]] = v if t is None else v.astype(t.dtype, copy=False).reshape(t.shape)
+        return [vals[r.nodes[-1].outputs[0]]]
+
+    def macs(self, node, ins, outs):
+        tens = {**_tensors(node, ins), outs[0].name: outs[0]}
+        total = 0
+        for n in region(node).nodes:
+            op, nin, nout = _layer(n, tens)
+            total += op.macs(n, nin, nout)
+        return total
+
+    def emit(self, node, ins, outs, k):
+        r = region(node)
+        s = r.schedule()
+        last = len(r.nodes) - 1
+        tens = {**_tensors(node, ins), outs[0].name: outs[0]}
+        layers = [_layer(n, tens) for n in r.nodes]
+        subs = {}
+
+        def sub(st: tiling.Step):
+            """(op, band node, its ins, its outs) for a step's shape."""
+            rows = r.rows[st.layer]
+            key = (st.layer, st.c1 - st.c0, rows.pads(st.c0, st.c1))
+            if key not in subs:
+                op, nin, nout = layers[st.layer]
+                x, y = nin[0], nout[0]
+                base = f"{node.name}/{st.layer}/{key[1]}r{key[2][0]}{key[2][1]}"
+                bx = Tensor(base + ":x", (1, st.r1 - st.r0) + tuple(x.shape[2:]), x.dtype, quant=x.quant)
+                by = Tensor(base + ":y", (1, st.c1 - st.c0) + tuple(y.shape[2:]), y.dtype, quant=y.quant)
+                bn = op.band_node(r.nodes[st.layer], nin, nout, st.c0, st.c1, bx, by)
+                subs[key] = (op, bn, [bx] + nin[1:], [by])
+            return subs[key]
+
+        # the kernel scratch of every band shape, measured by emitting it once
+        scratch = [0] * len(layers)
+        for st in {(st.layer, st.c1 - st.c0, r.rows[st.layer].pads(st.c0, st.c1)): st
+                   for b in s.bands for st in b.steps}.values():
+            op, bn, bin_, bout = sub(st)
+            n0 = len(k.body)
+            with k.band(bn, {bin_[0].name: 0, bout[0].name: 0}) as took:
+                op.emit(bn, bin_, bout, k)
+            del k.body[n0:]
+            scratch[st.layer] = max(scratch[st.layer], took["scratch"])
+        offs, area = tiling.inner_plan(s, scratch)
+        rec = tiling.inner_records(s, scratch)
+        if area:
+            k.scratch_buf(area)
+        base = k.plan.scratch_offset[node.name] if area else 0
+        buf_at = [base + o for o in offs[:last]]
+        scr_at = [(base + o, rec[last + j][0]) for j, o in enumerate(offs[last:])]
+        x_at, y_at = k.plan.tensor_offset[ins[0].name], k.plan.tensor_offset[outs[0].name]
+        k.order(0, lambda: s.order(f"tiled: {len(s.bands)} bands"))
+        if not getattr(k.plan, "probe", False) and hasattr(k.plan, "tiles"):
+            k.plan.tiles[node.name] = _describe(node, r, s, x_at, y_at, base, area, buf_at, scr_at, ins[0], outs[0])
+
+        def place(st, step_x, step_y):
+            """Arena offsets (int, or a C expression in the loop variable bi) of a step's input and output."""
+            ly = r.rows[st.layer]
+            if st.layer == 0:
+                xo = _expr(x_at + st.src_at * ly.row_in, step_x * ly.row_in)
+            else:
+                xo = buf_at[st.layer - 1] + st.src_at * ly.row_in
+            if st.layer == last:
+                yo = _expr(y_at + st.dst_at * ly.row_out, step_y * ly.row_out)
+            else:
+                yo = buf_at[st.layer] + st.dst_at * ly.row_out
+            return xo, yo
+
+        for i0, i1 in s.groups():
+            b = s.bands[i0]
+            loop = i1 > i0
+            nxt = s.bands[i0 + 1] if loop else b
+            rs = [st for st in b.steps if st.layer == 0]
+            rn = [st for st in nxt.steps if st.layer == 0]
+            ys = [st for st in b.steps if st.layer == last]
+            yn = [st for st in nxt.steps if st.layer == last]
+            dx = rn[0].r0 - rs[0].r0 if loop and rs else 0
+            dy = yn[0].c0 - ys[0].c0 if loop and ys else 0
+            what = f"band {i0}" if not loop else f"bands {i0}..{i1}"
+            k.line(f"/* {c_comment(node.name)}: {what} of {len(s.bands)} */")
+            if loop:
+                k.line(f"{{ unsigned bi; for (bi = 0u; bi < {i1 - i0 + 1}u; ++bi) {{")
+            n0 = len(k.body)
+            for m in b.moves:
+                row = r.rows[m.buf].row_out
+                k.line(f"memmove(a + {buf_at[m.buf]}u, a + {buf_at[m.buf] + m.src * row}u, {m.n * row}u);")
+            for st in b.steps:
+                op, bn, bin_, bout = sub(st)
+                xo, yo = place(st, dx, dy)
+                at, size = scr_at[st.layer]
+                with k.band(bn, {bin_[0].name: xo, bout[0].name: yo}, at, size):
+                    op.emit(bn, bin_, bout, k)
+            if loop:
+                k.body[n0:] = ["    " + ln for ln in k.body[n0:]]
+                k.line("} }")
+
+
+def _expr(at: int, step: int):
+    return at if not step else f"{at}u + {step}u * bi"
+
+
+def _describe(node, r: Region, s: tiling.Schedule, x_at, y_at, base, area, buf_at, scr_at, x, y) -> dict:
+    """The region as gen --plan-out shows it: what runs, in which bands, where
+    every buffer is and every step of every band (the tests replay it)."""
+    last = len(r.nodes) - 1
+    return {
+        "node": node.name,
+        "layers": [n.name for n in r.nodes],
+        "band_rows": r.band,
+        "halo": ["kept" if c else "recomputed" for c in r.cache],
+        "input": {"tensor": x.name, "offset": x_at, "row_bytes": r.rows[0].row_in, "rows": r.rows[0].h_in},
+        "output": {"tensor": y.name, "offset": y_at, "row_bytes": r.rows[-1].row_out, "rows": r.rows[-1].h_out},
+        "area": {"offset": base, "bytes": area},
+        "buffers": [{"layer": r.nodes[j].name, "tensor": r.nodes[j].outputs[0], "offset": buf_at[j], "rows": s.rows[j],
+                     "row_bytes": r.rows[j].row_out, "kept": bool(r.cache[j])} for j in range(last)],
+        "scratch": [{"layer": r.nodes[j].name, "offset": at, "bytes": size} for j, (at, size) in enumerate(scr_at)],
+        "geometry": [{"k": ly.k, "s": ly.s, "pt": ly.pt, "h_in": ly.h_in, "h_out": ly.h_out} for ly in r.rows],
+        "extra_macs": s.extra_macs(),
+        "moved_bytes": s.moved_bytes(),
+        "bands": [{"moves": [{"buffer": m.buf, "from_row": m.src, "rows": m.n} for m in b.moves],
+                   "steps": [{"layer": st.layer, "rows": [st.c0, st.c1], "reads": [st.r0, st.r1],
+                              "src_row": st.src_at, "dst_row": st.dst_at} for st in b.steps]}
+                  for b in s.bands],
+    }
