@@ -399,31 +399,18 @@ def _set_outputs(g: Graph, n: Node, op, ins, outs) -> None:
         if reason is None:
             values = ops.evaluate(op, n, ins, out_t)
         else:
-            values = None
-        known = op.known_outputs(n, ins) if values is None else {}
-        for j, o in enumerate(n.outputs):
-            if not o:
-                continue
-            shape, dtype = outs[j]
-            t = Tensor(o, tuple(int(d) for d in shape), dtype)
-            if j in known:   # a constant whatever the inputs: no longer this node's output
-                t.data = np.asarray(known[j], dtype=dtype, order="C")
-                n.outputs[j] = ""
-            elif values is not None:
-                v = np.asarray(np.asarray(values[j]).astype(dtype, copy=False), order="C")
-                if tuple(v.shape) != t.shape:
-                    raise ShapeError(f"node '{n.name}' ({n.op_type}): output {j} evaluates to shape "
-                                     f"{list(v.shape)}, inferred {list(t.shape)}")
-                t.data = v
-            g.tensors[o] = t
             limits.leave_to_run_time(g, op, n, ins, reason)
+    known = op.known_outputs(n, ins) if values is None else {}
     j = 0
     for k, o in enumerate(n.outputs):
         if not o:
             continue
         t = out_t[j]
         j += 1
-        if values is not None:
+        if k in known:   # a constant whatever the inputs: no longer this node's output
+            t.data = np.asarray(known[k], dtype=t.dtype, order="C")
+            n.outputs[k] = ""
+        elif values is not None:
             v = np.asarray(np.asarray(values[k]).astype(t.dtype, copy=False), order="C")
             if tuple(v.shape) != t.shape:
                 raise ShapeError(f"node '{n.name}' ({n.op_type}): output {k} evaluates to shape "
