@@ -276,6 +276,10 @@ def emit(node, x, w, outs, k, p) -> bool:
         wr, folded, bound, fast = constant_channels(wr, folded, p.rq, dsp)
         if fast is not None:
             mode, mult, second = fast
+    sat = dsp._sat(p.rq)
+    from . import dsp_rows   # first layers whose window rows are whole words: no split activations
+    if plan is not None and dsp_rows.emit(node, x, wr, folded, mode, mult, sat, outs, k, p):
+        return True
     m4 = -(-m // 4) * 4
     wpad = np.zeros((m4, k4), np.int64)
     wpad[:m, :kk] = wr
@@ -283,7 +287,6 @@ def emit(node, x, w, outs, k, p) -> bool:
     if pairs is None:
         return False
     folded = int32_array(node, folded, "bias with the input zero point folded in").astype(np.int64)
-    sat = dsp._sat(p.rq)
     vals = dict(nb=geo.n, npx=oh * ow, ow_n=ow, h=h, w_n=wd, c=c, kh_n=kh, kw_n=kw, sh=sh, sw=sw, pt=pt, pl=pl,
                 m_n=m, nkp=k4 // 2, nblk=m4 // 4, xzp=p.x_zp, yzp=p.rq.zp, lo=p.rq.lo, hi=p.rq.hi)
     k.kernel("requant_fixed")

@@ -1,0 +1,94 @@
+"""The first-layer convolution that reads its window rows straight from the
+input (cuvil_mcu/isa/dsp_rows.py, kernels/qconvr_dsp.c.j2): bit-exact with
+the numpy reference on the host (plain C, sanitizers) and on QEMU (the
+M4's assembly at -O2, -O0 and -Os); layers outside its limits keep the
+paired-channel kernel (qconv2_dsp)."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from cuvil_mcu import reference
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.isa import dsp_rows
+from test_dsp_conv import _set_weights
+from test_isa_dsp import build, check
+
+ROWS = [
+    # x (NCHW), w, attrs
+    ((1, 1, 15, 12), (8, 1, 10, 8), dict(strides=[2, 2], pads=[4, 3, 5, 3])),   # micro_speech-like, one block
+    ((1, 1, 13, 10), (16, 1, 10, 4), dict(strides=[2, 2], pads=[4, 1, 5, 1])),  # KWS-like, 2 blocks (windows copied)
+    ((2, 2, 7, 6), (8, 2, 3, 4), dict(pads=[1, 2, 1, 1])),                      # C = 2: rows of 8 bytes, batch 2
+    ((1, 1, 6, 9), (8, 1, 2, 8), dict(pads=[0, 6, 1, 5])),                      # words wholly / partly off the row's ends
+    ((1, 3, 5, 5), (8, 3, 3, 4), dict(pads=[1, 1, 1, 1], strides=[1, 2])),      # C = 3: rows of 12 bytes
+]
+OTHERS = [
+    ((1, 1, 13, 10), (6, 1, 10, 4), dict(strides=[2, 2], pads=[4, 1, 5, 1])),   # M % 8 != 0: the gather
+    ((1, 1, 5, 3), (8, 1, 3, 4), dict(pads=[1, 1, 1, 0])),                      # rows of 3 bytes (W C < 4)
+    ((1, 1, 7, 6), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1])),                      # window rows of 3 bytes
+]
+
+
+def rows_calls(header: str) -> list[str]:
+    """The qconvr_dsp variants the model body calls (kh x ll, c: the
+    rounding's sign fix, a: the window copy in the arena, w: every window
+    copied)."""
+    return re.findall(r"^\s*\w+__qconvr_dsp_(\w+?)\(\(int8_t \*\)\(a \+", header, re.M)
+
+
+def model(layers, seed, no_fix=()):
+    """The layers as parallel branches; those in no_fix with the output zero
+    point at -128 (the clamp's low end: the assembly without the rounding's
+    sign fix)."""
+    m, feeds = build([("conv", a, {}) for a in layers], seed=seed)
+    for i in no_fix:
+        _set_weights(m, f"yz{i}", np.array(-128, np.int8))
+    return m, feeds
+
+
+def test_pack_order():
+    """Block words: 2 bias, then per row / group / half the channels' (2 w[k],
+    2 w[k + 2]) halfwords, then the requantization rows."""
+    wr = np.arange(16 * 8, dtype=np.int64).reshape(16, 8) - 60        # M 16, kh 1, ll 8
+    folded = np.arange(16, dtype=np.int64) * 1000 - 7
+    table = np.arange(48, dtype=np.int64) + 5
+    words = dsp_rows.pack(wr, folded, table, 1, 8)
+    per = 8 + 2 * 2 * 8 + 24
+    assert words.size == 2 * per
+    blk = words[per:2 * per]                                         # channels 8..15
+    np.testing.assert_array_equal(blk[:8], 2 * folded[8:])
+    half = blk[8:8 + 32].reshape(4, 8).astype(np.int64) & 0xFFFFFFFF   # (group, half) x channel
+    lo = (half & 0xFFFF).astype(np.int16)
+    hi = (half >> 16).astype(np.int16)
+    for gh, k in enumerate((0, 1, 4, 5)):
+        np.testing.assert_array_equal(lo[gh], 2 * wr[8:, k])
+        np.testing.assert_array_equal(hi[gh], 2 * wr[8:, k + 2])
+    np.testing.assert_array_equal(blk[40:], table[24:])
+
+
+def test_layers_exact_on_host():
+    c = check(*model(ROWS + OTHERS, seed=41, no_fix=(0, 3)))
+    names = rows_calls(c.header)
+    assert len(names) == len(ROWS), names
+    assert sorted(n.replace("a", "") for n in names) == ["10x4cw", "10x8", "2x8", "3x12c", "3x8c"], names
+    assert len(re.findall(r"^\s*\w+__qconv2_dsp_\w+\(", c.header, re.M)) == len(OTHERS)
+
+
+@pytest.mark.parametrize("opt", ["-O2", "-O0", "-Os"])
+def test_on_qemu_m4(opt):
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu.sim import qemu
+    board = "qemu-mps2-an386"
+    m, feeds = model(ROWS, seed=42, no_fix=(0, 3))
+    c = compile_model(m, board=board)
+    assert len(rows_calls(c.header)) == len(ROWS)
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board, opt=opt, extra_cflags=["-Werror"])
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        assert np.unique(ref[name]).size > 4
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{opt}: {name}")
