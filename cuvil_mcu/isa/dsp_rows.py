@@ -78,7 +78,7 @@ def emit(node, x, wr, folded, mode, table, sat, outs, k, p) -> bool:
     k.kernel("intrin_dsp")
     k.kernel("intrin_conv_dsp")
     fn = k.kernel("qconvr_dsp", {"name": f"{kh}x{ll}" + "c" * corr + "a" * arena + "w" * copyall,
-                                 "kh": kh, "ll": ll, "corr": corr, "arena": arena, "copyall": copyall,
+                                 "kh": kh, "ll": ll, "corr": corr, "arena": arena, "copyall": copyall, "one": not copyall,
                                  "fields": FIELDS})
     wsym = k.const(np.concatenate([[words.size], words]).astype(np.int32), f"{node.name}_rows")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconvr_dsp_geo")
