@@ -69,23 +69,35 @@ def test_pack_order():
     np.testing.assert_array_equal(blk[40:], table[24:])
 
 
-def test_layers_exact_on_host():
+@pytest.mark.parametrize("where", ["arena", "stack"])
+def test_layers_exact_on_host(where, monkeypatch):
+    from cuvil_mcu import codegen
+    if where == "stack":
+        monkeypatch.setattr(codegen.Emitter, "scratch_free", lambda self: 0)
     c = check(*model(ROWS + OTHERS, seed=41, no_fix=(0, 3)))
     names = rows_calls(c.header)
     assert len(names) == len(ROWS), names
+    assert all(("a" in n) == (where == "arena") for n in names), names
     assert sorted(n.replace("a", "") for n in names) == ["10x4cw", "10x8", "2x8", "3x12c", "3x8c"], names
     assert len(re.findall(r"^\s*\w+__qconv2_dsp_\w+\(", c.header, re.M)) == len(OTHERS)
 
 
 @pytest.mark.parametrize("opt", ["-O2", "-O0", "-Os"])
-def test_on_qemu_m4(opt):
+@pytest.mark.parametrize("where", ["arena", "stack"])
+def test_on_qemu_m4(opt, where, monkeypatch):
+    """The window copy in the arena (where the plan has room: these models)
+    or on the stack (no room: micro_speech)."""
     if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu import codegen
     from cuvil_mcu.sim import qemu
+    if where == "stack":
+        monkeypatch.setattr(codegen.Emitter, "scratch_free", lambda self: 0)
     board = "qemu-mps2-an386"
     m, feeds = model(ROWS, seed=42, no_fix=(0, 3))
     c = compile_model(m, board=board)
-    assert len(rows_calls(c.header)) == len(ROWS)
+    names = rows_calls(c.header)
+    assert len(names) == len(ROWS) and all(("a" in n) == (where == "arena") for n in names), names
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board, opt=opt, extra_cflags=["-Werror"])
     ref = reference.run(g, feeds)
