@@ -44,7 +44,9 @@ Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
 unrolled gather of word loads and shifts, K padded to 4 with zero weights,
-K <= GATHER_MAX). xe (and the gather's zero row and border copies) are
+K <= GATHER_MAX; those whose rows are whole words, M % 8 == 0, "fast"
+requantization with SSAT run dsp_rows.py's qconvr_dsp instead: no xe).
+xe (and the gather's zero row and border copies) are
 arena scratch planned for the node (codegen.Emitter.scratch_buf), not stack.
 
 Channels whose output is constant over every input (dead channels with a
