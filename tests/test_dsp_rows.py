@@ -39,6 +39,15 @@ def rows_calls(header: str) -> list[str]:
     return re.findall(r"^\s*\w+__qconvr_dsp_(\w+?)\(\(int8_t \*\)\(a \+", header, re.M)
 
 
+def room(monkeypatch, where):
+    """The kernel where the leanest plan has no room for the gather's
+    buffers (as in micro_speech): at most 100 free bytes at its step, which
+    hold each layer's window copy ("arena") or none ("stack")."""
+    from cuvil_mcu import codegen
+    free = 100 if where == "arena" else 0
+    monkeypatch.setattr(codegen.Emitter, "scratch_free", lambda self: free)
+
+
 def model(layers, seed, no_fix=()):
     """The layers as parallel branches; those in no_fix with the output zero
     point at -128 (the clamp's low end: the assembly without the rounding's
@@ -71,9 +80,7 @@ def test_pack_order():
 
 @pytest.mark.parametrize("where", ["arena", "stack"])
 def test_layers_exact_on_host(where, monkeypatch):
-    from cuvil_mcu import codegen
-    if where == "stack":
-        monkeypatch.setattr(codegen.Emitter, "scratch_free", lambda self: 0)
+    room(monkeypatch, where)
     c = check(*model(ROWS + OTHERS, seed=41, no_fix=(0, 3)))
     names = rows_calls(c.header)
     assert len(names) == len(ROWS), names
@@ -82,18 +89,18 @@ def test_layers_exact_on_host(where, monkeypatch):
     assert len(re.findall(r"^\s*\w+__qconv2_dsp_\w+\(", c.header, re.M)) == len(OTHERS)
 
 
-@pytest.mark.parametrize("opt", ["-O2", "-O0", "-Os"])
-@pytest.mark.parametrize("where", ["arena", "stack"])
-def test_on_qemu_m4(opt, where, monkeypatch):
-    """The window copy in the arena (where the plan has room: these models)
-    or on the stack (no room: micro_speech)."""
+M4 = "qemu-mps2-an386"
+
+
+@pytest.mark.parametrize("board, opt, where", [(M4, o, w) for o in ("-O2", "-O0", "-Os") for w in ("arena", "stack")]
+                         + [("qemu-mps2-an500", "-O2", "stack"), ("qemu-mps2-an505", "-O2", "arena")])
+def test_on_qemu(board, opt, where, monkeypatch):
+    """The assembly on the M4 at -O2 / -O0 / -Os, the M7 and the M33; the
+    window copy in the arena or on the stack (micro_speech)."""
     if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
-    from cuvil_mcu import codegen
     from cuvil_mcu.sim import qemu
-    if where == "stack":
-        monkeypatch.setattr(codegen.Emitter, "scratch_free", lambda self: 0)
-    board = "qemu-mps2-an386"
+    room(monkeypatch, where)
     m, feeds = model(ROWS, seed=42, no_fix=(0, 3))
     c = compile_model(m, board=board)
     names = rows_calls(c.header)
@@ -103,4 +110,18 @@ def test_on_qemu_m4(opt, where, monkeypatch):
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, r.outputs):
         assert np.unique(ref[name]).size > 4
-        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{opt}: {name}")
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board} {opt}: {name}")
+
+
+def test_choice_on_shared_models():
+    """micro_speech's leanest plan has 8 free bytes at its first conv: the
+    rows kernel, no scratch (arena = its one buffer); KWS's has room for the
+    gather's buffers (fewer cycles): the paired-channel kernel stays."""
+    import shared_models as sm
+    if not sm.available():
+        pytest.skip(f"reference models not found at {sm.SHARED}")
+    c = compile_model(str(sm.model_path("micro_speech")), board=M4)
+    assert rows_calls(c.header) == ["10x8"], rows_calls(c.header)
+    assert c.plan.scratch_size == {}, c.plan.scratch_size
+    c = compile_model(str(sm.model_path("kws_dscnn")), board=M4)
+    assert rows_calls(c.header) == [] and "_g10x4a(" in c.header

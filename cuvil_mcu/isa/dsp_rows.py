@@ -21,10 +21,15 @@ else the stack. With more than one block every window is copied first, so
 a pixel's window is read before any of its outputs is written (the
 planner's model: raster, one pixel per pass, all channels at once).
 
-Taken whenever it applies: it needs no arena scratch and runs fewer
-instructions than the gather (micro_speech on the M4: RAM 4,796 -> 4,340
-B, 1.643 -> 1.201 instructions/MAC; KWS 8,644 -> 8,620 B, 1.272 ->
-1.253), for 2 bytes of flash per weight (the gather's kernel keeps 1).
+When dsp_conv.emit takes it: where the gather's buffers (split
+activations of 2 pixels, row pointers, border copies) do not fit the
+leanest plan's free bytes at this step (Emitter.scratch_free), e.g.
+micro_speech (8 free bytes; RAM on the M4 4,796 -> 4,340 B, 1.643 ->
+1.201 instructions/MAC, cycles about equal). Where they fit (KWS) the
+gather stays: it loads each weight word once for 2 pixels, so it needs
+fewer cycles (KWS's first conv: 480 k against 601 k estimated M4 cycles,
+though 412 k against 359 k instructions), and keeps 1 byte of flash per
+weight (here 2).
 
 Handled: what dsp_conv.emit handles, C % 4 != 0, ll % 4 == 0, W * C >= 4,
 M % 8 == 0, K <= dsp_conv.GATHER_MAX, "fast" requantization with the
