@@ -113,6 +113,36 @@ def test_on_qemu(board, opt, where, monkeypatch):
         np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board} {opt}: {name}")
 
 
+@pytest.mark.parametrize("where", ["arena", "stack"])
+def test_strict_host_builds(where, monkeypatch):
+    """gcc / clang C99, C11, C++, sanitizers, -Werror: the plain-C path."""
+    from helpers import check_strict_builds
+    room(monkeypatch, where)
+    check_strict_builds(*model(ROWS[:2], seed=43, no_fix=(0,)), exact=True, board=M4)
+
+
+@pytest.mark.parametrize("lang", ["c99", "c++11"])
+def test_arm_builds_every_opt_level(tmp_path, lang, monkeypatch):
+    """The naked assembly and its callers build (-Werror -pedantic) at every
+    optimisation level, with a frame pointer too, in C and C++."""
+    import subprocess
+    cc = "arm-none-eabi-gcc" if lang == "c99" else "arm-none-eabi-g++"
+    if shutil.which(cc) is None:
+        pytest.skip(f"needs {cc}")
+    room(monkeypatch, "stack")
+    c = compile_model(model(ROWS, seed=44, no_fix=(0,))[0], board=M4)
+    assert len(rows_calls(c.header)) == len(ROWS)
+    (tmp_path / "model.h").write_text(c.header)
+    src = tmp_path / "tu.c"
+    src.write_text(f"#define {c.prefix.upper()}_IMPLEMENTATION\n#include \"model.h\"\n")
+    m4 = ["-mcpu=cortex-m4", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]
+    for opt in (["-O0"], ["-Og"], ["-O1"], ["-Os"], ["-O3"], ["-O2", "-fno-omit-frame-pointer"]):
+        cmd = [cc, "-mthumb", *m4, *opt, "-x", "c" if lang == "c99" else "c++", f"-std={lang}", "-Wall", "-Wextra",
+               "-Werror", "-pedantic", "-c", str(src), "-o", str(tmp_path / "tu.o")]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, f"{' '.join(cmd)}:\n{r.stderr[-3000:]}"
+
+
 def test_choice_on_shared_models():
     """micro_speech's leanest plan has 8 free bytes at its first conv: the
     rows kernel, no scratch (arena = its one buffer); KWS's has room for the
