@@ -39,10 +39,15 @@ def kernels(header: str) -> set[str]:
     return set(re.findall(r"__(qconv2?_dsp)_\w+\(", header))
 
 
-def uses_qconv2(c, n):
-    """Exactly n calls of qconv2_dsp kernels in the model body."""
+def uses_qconv2(c, n, rows=0):
+    """Exactly n calls of qconv2_dsp kernels in the model body, and rows
+    calls of the first layers' qconvr_dsp (dsp_rows.py: taken where the
+    gather's buffers do not fit the leanest plan's room; these models have
+    it)."""
     calls = re.findall(r"^\s*\w+__qconv2_dsp_\w+\(", c.header, re.M)
     assert len(calls) == n, f"{len(calls)} qconv2_dsp calls, expected {n}"
+    calls = re.findall(r"^\s*\w+__qconvr_dsp_\w+?\(\(int8_t \*\)\(a \+", c.header, re.M)
+    assert len(calls) == rows, f"{len(calls)} qconvr_dsp calls, expected {rows}"
 
 
 @pytest.mark.parametrize("requant", ["fixed", "float"])

@@ -14,7 +14,11 @@ below):
   weight word + one SXTB16 feed two SMLADs that give both channels' sums
   (the high one recovered as (T - B) >> 8, exact under a per-pair bound);
   2 pixels x 2 pairs per pass, 15 cycles per 16 MACs on the M4 (the block
-  loop in one shared assembly function).
+  loop in one shared assembly function). First layers (C % 4 != 0) whose
+  window rows are whole words and M % 8 == 0 go to dsp_rows.py ->
+  qconvr_dsp where its split activations do not fit the leanest plan's
+  room: rows read straight from the input, no split activations
+  (micro_speech).
 - dsp_dw.py -> qdw2_dsp: depthwise on per-channel planes of vertical
   halfword pairs, 2 outputs per pass, 4-instruction requantization.
 - dsp_fc.py -> qfc2_dsp: fully connected with the paired-channel halfwords,

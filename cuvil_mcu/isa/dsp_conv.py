@@ -44,7 +44,10 @@ Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
 unrolled gather of word loads and shifts, K padded to 4 with zero weights,
-K <= GATHER_MAX). xe (and the gather's zero row and border copies) are
+K <= GATHER_MAX; those whose rows are whole words, M % 8 == 0, "fast"
+requantization with SSAT run dsp_rows.py's qconvr_dsp instead, without
+xe, where the gather's buffers do not fit the leanest plan's room).
+xe (and the gather's zero row and border copies) are
 arena scratch planned for the node (codegen.Emitter.scratch_buf), not stack.
 
 Channels whose output is constant over every input (dead channels with a
@@ -276,14 +279,22 @@ def emit(node, x, w, outs, k, p) -> bool:
         wr, folded, bound, fast = constant_channels(wr, folded, p.rq, dsp)
         if fast is not None:
             mode, mult, second = fast
+    sat = dsp._sat(p.rq)
+    gextra = 8 * kh + -(-kw * c // 4) * 4 + kh * kw * c if plan else 0    # (pointers: 8 bytes on a 64-bit host)
+    gs = bool(plan) and xe + gextra <= k.scratch_free()     # (the free bytes hold xe too)
+    from . import dsp_rows
+    # first layers whose window rows are whole words: rows read from the input, no split
+    # activations (the leanest), unless the gather's buffers fit where the leanest plan
+    # has room at this step (fewer cycles: 2 pixels share each weight load)
+    if plan is not None and not gs and dsp_rows.emit(node, x, wr, folded, mode, mult, sat, outs, k, p):
+        return True
     m4 = -(-m // 4) * 4
     wpad = np.zeros((m4, k4), np.int64)
     wpad[:m, :kk] = wr
     pairs = pair_channels(wpad)
     if pairs is None:
-        return False
+        return plan is not None and dsp_rows.emit(node, x, wr, folded, mode, mult, sat, outs, k, p)
     folded = int32_array(node, folded, "bias with the input zero point folded in").astype(np.int64)
-    sat = dsp._sat(p.rq)
     vals = dict(nb=geo.n, npx=oh * ow, ow_n=ow, h=h, w_n=wd, c=c, kh_n=kh, kw_n=kw, sh=sh, sw=sw, pt=pt, pl=pl,
                 m_n=m, nkp=k4 // 2, nblk=m4 // 4, xzp=p.x_zp, yzp=p.rq.zp, lo=p.rq.lo, hi=p.rq.hi)
     k.kernel("requant_fixed")
@@ -297,8 +308,6 @@ def emit(node, x, w, outs, k, p) -> bool:
     corr = nat and int(p.rq.lo) < int(p.rq.zp)
     # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
     nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
-    gextra = 8 * kh + -(-kw * c // 4) * 4 + kh * kw * c if plan else 0    # (pointers: 8 bytes on a 64-bit host)
-    gs = bool(plan) and xe + gextra <= k.scratch_free()     # (the free bytes hold xe too)
     name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
         + (f"_g{kh}x{kw * c}" + "a" * gs if plan else "_pw" if pw else "") + ("_rev" if rev else "")
     # the block loop in assembly: one naked function per kind, shared by the kernels (flash)
