@@ -207,9 +207,10 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     def cols(s):
         return (s - 1) * sw + span
 
-    def ring(s):   # bytes of rb: [C/8 * 8][cols][nr], rounded up to 16, + 16 (loads past the end)
-        return -(-c8 * cols(s) * nr // 16) * 16 + 16
-    strips = [s for s in [ow] + list(range(ow - 1, 0, -1)) if ring(s) <= DW_RING_BYTES]
+    def ring(s, cg=c8):   # bytes of rb: [cg rounded up to 8][cols][nr], rounded up to 16, + 16 (loads past the end)
+        return -(-(-(-cg // 8) * 8) * cols(s) * nr // 16) * 16 + 16
+    cg = _dw_ring_group(geo.c, lambda cg: ring(ow, cg), k.scratch_free())
+    strips = [s for s in [ow] + list(range(ow - 1, 0, -1)) if ring(s, cg) <= DW_RING_BYTES]
     if not strips or 7 * cols(strips[0]) * nr > 65535:
         return False
     st = strips[0]
@@ -229,7 +230,7 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
                 bits |= 1 << lane
         preds.append(bits)
     g = np.array([geo.n, oh, ow, geo.c, sh, sw, pt, pl, dh, kh, h, wd, nr, pws, st, p.x_zp, p.rq.zp, lo, hi,
-                  kh * kw, dw] + preds, np.int64)
+                  kh * kw, dw, cg] + preds, np.int64)
     check_index(node, g, geo.n * geo.c * h * wd * 2, geo.n * geo.c * oh * ow * 2)
     flags = dict(ps=sw * nr, lsh=lsh, fix=0 if lo >= 0 else (2 if rneg else 1),
                  sat=int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp), tail=int(geo.c % 4 != 0),
@@ -247,13 +248,33 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     fn = k.kernel("qdwdot_mve", {"name": "s8_" + "_".join(f"{f}{flags[f]}" for f in sorted(flags)), **flags})
     wpad = np.zeros((c4, kh * kw), np.int8)
     wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
-    if st == ow:   # one strip: output rows in order (the ring filled first); the plain C of other
-        # targets runs pixel by pixel, channel by channel from x: that order covers both
-        k.order(0, lambda: windows.raster(geo, True, group=1, cblock=1, what="qdwdot_mve: pixels"))
+    if st == ow:   # one strip: per ring group, output rows in order (the ring filled first); the plain
+        # C of other targets runs per ring group pixel by pixel, channel by channel from x: that order covers both
+        k.order(0, lambda: windows.raster(geo, True, group=1, cblock=1, cgroup=cg,
+                                          what=f"qdwdot_mve: pixels{f', {cg} channels at a time' if cg < geo.c else ''}"))
     k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wpad, f'{wname}_ck')}, "
-           f"{k.const(q, f'{node.name}_dwq')}, {k.scratch_buf(ring(st))}, {k.const(g.astype(np.int32), 'dw_geo')}, "
+           f"{k.const(q, f'{node.name}_dwq')}, {k.scratch_buf(ring(st, cg))}, {k.const(g.astype(np.int32), 'dw_geo')}, "
            f"{k.const(offs.reshape(-1), 'dw_lanes')});")
     return True
+
+
+# The smallest ring group of qdwdot_mve (channels; its row copies move 8
+# channels of a pixel at a time).
+DW_MIN_GROUP = 8
+
+
+def _dw_ring_group(c: int, ring, free: int) -> int:
+    """Channels per ring group of qdwdot_mve: all c when their ring fits the
+    arena free at this step in the leanest plan (no RAM to win), else the
+    most (a multiple of DW_MIN_GROUP) whose ring fits there, else
+    DW_MIN_GROUP (the least arena: each group costs a row loop's overhead
+    per output row, ~1.5 % of the layer's instructions per extra group of
+    64 channels at 25 x 5)."""
+    if c <= DW_MIN_GROUP or ring(c) <= free:
+        return c
+    fits = [cg for cg in range((c - 1) // DW_MIN_GROUP * DW_MIN_GROUP, DW_MIN_GROUP - 1, -DW_MIN_GROUP)
+            if ring(cg) <= free]
+    return fits[0] if fits else DW_MIN_GROUP
 
 
 def _emit_depthwise(node, k, geo, p, wq, bias, folded, x, y, wname) -> bool:

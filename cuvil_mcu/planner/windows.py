@@ -158,7 +158,7 @@ def _first_cover(n_in: int, n_out: int, k: int, s: int, pad: int) -> np.ndarray:
 
 
 def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = "",
-           reverse: bool = False, seq: bool = False, opos=None) -> Order:
+           reverse: bool = False, seq: bool = False, opos=None, cgroup: int = 0) -> Order:
     """Output pixels in raster order (batch, row, column), `group` pixels per
     pass; per pass, output channels in blocks of `cblock` (0: all at once):
     for each block the pass's inputs are read (a depthwise block reads only
@@ -170,7 +170,10 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
     0 is a kernel that copies the pass's windows before any output is
     written. reverse: the passes run from the last pixel down. opos: output
     channel m is stored at channel position opos[m] of its pixel (a channel
-    shuffle folded into the stores, ops.conv.out_channels)."""
+    shuffle folded into the stores, ops.conv.out_channels). cgroup
+    (depthwise, channel multiplier 1): the whole raster above runs once per
+    group of cgroup channels, group after group (isa/mve.py's qdwdot_mve:
+    a ring of padded rows of one group's channels); 0: one group."""
     (h, w), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
     (dh, dw) = geo.dilations
@@ -213,11 +216,19 @@ def raster(geo, depthwise: bool, group: int = 1, cblock: int = 1, what: str = ""
     if seq and (nb * npx) % group:   # a short last pass computes its last pixel again in the pass's last turn
         turn = np.where(lp == nb * npx - 1, group - 1, turn)
     lr = (step(lp)[:, None] * nblk + blk[None, :]) * sub + turn[:, None]
+    if cgroup and cgroup < c:
+        if not depthwise or m != c:
+            raise ValueError("raster: channel groups are for depthwise layers with channel multiplier 1")
+        run = ngroup * nblk * sub                          # steps of one group's raster
+        cgi = np.arange(c, dtype=np.int64) // cgroup
+        ws = (ws.reshape(-1, m) + (cgi * run)[None, :]).reshape(-1)
+        lr = lr + (cgi * run)[None, :]
     lr = np.where(last_pix[:, None] >= 0, lr, -1).reshape(-1)
     return Order(ws.astype(np.int64), lr.astype(np.int64),
                  what or f"raster(group={group}, cblock={cblock}{', reverse' if reverse else ''})",
                  dict(model="raster", depthwise=bool(depthwise), group=group, cblock=cblock, reverse=bool(reverse),
-                      seq=bool(seq), **({} if opos is None else {"opos": [int(v) for v in opos]})))
+                      seq=bool(seq), **({} if opos is None else {"opos": [int(v) for v in opos]}),
+                      **({"cgroup": int(cgroup)} if cgroup and cgroup < c else {})))
 
 
 def bands(nb: int, rows: int, cols_in: int, lines: int, cols_out: int, c: int, lb: int, sh: int, pt: int,
