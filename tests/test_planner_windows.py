@@ -48,10 +48,20 @@ def _window(geo: ConvGeometry, b: int, oy: int, ox: int, chans) -> np.ndarray:
 
 
 def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, reverse: bool, seq: bool,
-                  opos=None):
+                  opos=None, cgroup: int = 0):
     """("r", input bytes) / ("w", output bytes) in the kernel's order (opos:
-    output channel m stored at channel opos[m], a folded channel shuffle)."""
+    output channel m stored at channel opos[m], a folded channel shuffle;
+    cgroup: qdwdot_mve's ring groups, the whole order below for channels
+    [0, cgroup), then for the next cgroup channels, ...)."""
     (oh, ow), m, c = geo.out_hw, geo.m, geo.c
+    if cgroup:
+        for c0 in range(0, c, cgroup):
+            for kind, idx in raster_events(geo, depthwise, group, cblock, reverse, seq, opos):
+                # depthwise, multiplier 1: byte % c is the channel of input and output alike
+                keep = idx[(idx % c >= c0) & (idx % c < c0 + cgroup)]
+                if keep.size:
+                    yield kind, keep
+        return
     mult = m // c if depthwise else 1
     passes = [(b, list(range(p0, min(p0 + group, oh * ow)))) for b in range(geo.n)
               for p0 in range(0, oh * ow, group)]
@@ -180,7 +190,7 @@ def replay(c) -> int:
         geo = op._params(n, tens).geo
         if prm["model"] == "raster":
             events = raster_events(geo, prm["depthwise"], prm["group"], prm["cblock"], prm["reverse"], prm["seq"],
-                                   prm.get("opos"))
+                                   prm.get("opos"), prm.get("cgroup", 0))
         elif prm["model"] == "channels":
             events = channel_events(geo, prm)
         else:

@@ -260,7 +260,7 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
 
 # The smallest ring group of qdwdot_mve (channels; its row copies move 8
 # channels of a pixel at a time).
-DW_MIN_GROUP = 8
+DW_MIN_GROUP = 16
 
 
 def _dw_ring_group(c: int, ring, free: int) -> int:
