@@ -3,7 +3,8 @@ and kernel scratch in the arena, checked three independent ways:
 
 - a byte-level replay of the whole run on the plan: every node's kernel
   order (the one it declared: pixels in raster order or from the last down,
-  pixel pairs, channel blocks, depthwise row bands) simulated here with
+  pixel pairs, channel blocks, depthwise row bands, rows through a ring
+  per channel group) simulated here with
   plain loops, every byte read checked to still hold what its producer
   wrote (nothing overwrote it), scratch overwriting whatever it overlaps,
   graph outputs intact at the end; the other nodes read all inputs, then
@@ -48,20 +49,10 @@ def _window(geo: ConvGeometry, b: int, oy: int, ox: int, chans) -> np.ndarray:
 
 
 def raster_events(geo: ConvGeometry, depthwise: bool, group: int, cblock: int, reverse: bool, seq: bool,
-                  opos=None, cgroup: int = 0):
+                  opos=None):
     """("r", input bytes) / ("w", output bytes) in the kernel's order (opos:
-    output channel m stored at channel opos[m], a folded channel shuffle;
-    cgroup: qdwdot_mve's ring groups, the whole order below for channels
-    [0, cgroup), then for the next cgroup channels, ...)."""
+    output channel m stored at channel opos[m], a folded channel shuffle)."""
     (oh, ow), m, c = geo.out_hw, geo.m, geo.c
-    if cgroup:
-        for c0 in range(0, c, cgroup):
-            for kind, idx in raster_events(geo, depthwise, group, cblock, reverse, seq, opos):
-                # depthwise, multiplier 1: byte % c is the channel of input and output alike
-                keep = idx[(idx % c >= c0) & (idx % c < c0 + cgroup)]
-                if keep.size:
-                    yield kind, keep
-        return
     mult = m // c if depthwise else 1
     passes = [(b, list(range(p0, min(p0 + group, oh * ow)))) for b in range(geo.n)
               for p0 in range(0, oh * ow, group)]
@@ -127,6 +118,28 @@ def channel_events(geo: ConvGeometry, prm):
             yield "w", (b * oh * ow + np.arange(oh * ow)) * c + ch
 
 
+def rows_events(geo: ConvGeometry, prm):
+    """qdwdot_mve's ring (Helium and its plain C path): per group of cgroup
+    channels, per batch entry, per output row, the input rows its window
+    reaches that are not in the ring yet (each row once, in order) read
+    whole for the group's channels, then the output row's bytes of them."""
+    (h, w), (oh, ow), (kh, _) = geo.hw, geo.out_hw, geo.k
+    sh, pt, dh, c = geo.strides[0], geo.pad_begin[0], geo.dilations[0], geo.c
+    for c0 in range(0, c, prm["cgroup"]):
+        ch = np.arange(c0, min(c0 + prm["cgroup"], c))
+        for b in range(geo.n):
+            nxt = None
+            for o in range(oh):
+                r0 = o * sh - pt
+                r1 = r0 + (kh - 1) * dh
+                rr = [r for r in range(r0 if nxt is None else max(nxt, r0), r1 + 1) if 0 <= r < h]
+                nxt = r1 + 1
+                if rr:
+                    yield "r", np.asarray([((b * h + r) * w + x) * c + k for r in rr for x in range(w) for k in ch],
+                                          np.int64)
+                yield "w", np.asarray([((b * oh + o) * ow + x) * c + k for x in range(ow) for k in ch], np.int64)
+
+
 def replay(c) -> int:
     """Run the plan byte by byte; returns how many aliased nodes it replayed
     with their own order. Fails on any byte read after being overwritten."""
@@ -190,9 +203,11 @@ def replay(c) -> int:
         geo = op._params(n, tens).geo
         if prm["model"] == "raster":
             events = raster_events(geo, prm["depthwise"], prm["group"], prm["cblock"], prm["reverse"], prm["seq"],
-                                   prm.get("opos"), prm.get("cgroup", 0))
+                                   prm.get("opos"))
         elif prm["model"] == "channels":
             events = channel_events(geo, prm)
+        elif prm["model"] == "rows":
+            events = rows_events(geo, prm)
         else:
             events = band_events(geo.n, geo.c, prm)
         for kind, idx in events:
@@ -510,9 +525,19 @@ def test_hand_windows():
     read[:5, :4] = True
     ch2 = windows.channels(1, 6 * 5 * 16, 2 * 2 * 16, 16, read)
     assert ch2.safe(0) and windows.best_delta(ch2, 16) is not None and not ch2.safe(1)
+    # rows through a ring (isa/mve.py's qdwdot_mve): row y enters the ring
+    # while output row y - 1 is computed, so output row y may replace input
+    # rows up to y + 1 (in place, or up to a row ahead: +80, not +96); all
+    # channels at once, a byte may also land on another channel (-8); in
+    # groups of 8 channels only whole pixels keep every byte on its group
+    # (a later group's input is read after this group's output is written)
+    ring = windows.rows(dw)
+    assert windows.best_delta(ring, 16) == 0 and ring.safe(80) and ring.safe(-8) and not ring.safe(96)
+    ring8 = windows.rows(dw, 8)
+    assert ring8.safe(0) and ring8.safe(80) and ring8.safe(-16) and not ring8.safe(8) and not ring8.safe(-8)
     # the exact check agrees with brute force over every delta
     for order in (windows.raster(dw, True, group=1, cblock=1), o, windows.raster(up, False, group=2, cblock=0),
-                  ch, ch2):
+                  ch, ch2, ring, ring8):
         for d in range(-order.write_step.size, order.last_read.size + 1):
             a = np.arange(order.write_step.size)
             b = a + d

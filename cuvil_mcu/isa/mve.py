@@ -248,10 +248,10 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     fn = k.kernel("qdwdot_mve", {"name": "s8_" + "_".join(f"{f}{flags[f]}" for f in sorted(flags)), **flags})
     wpad = np.zeros((c4, kh * kw), np.int8)
     wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
-    if st == ow:   # one strip: per ring group, output rows in order (the ring filled first); the plain
-        # C of other targets runs per ring group pixel by pixel, channel by channel from x: that order covers both
-        k.order(0, lambda: windows.raster(geo, True, group=1, cblock=1, cgroup=cg,
-                                          what=f"qdwdot_mve: pixels{f', {cg} channels at a time' if cg < geo.c else ''}"))
+    if st == ow:   # one strip: per ring group, output rows in order, each input row read once as it
+        # enters the ring (the plain C path of other targets runs the same ring): written over its input
+        k.order(0, lambda: windows.rows(geo, cg, what=f"qdwdot_mve: rows through the ring"
+                                        f"{f', {cg} channels at a time' if cg < geo.c else ''}"))
     k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wpad, f'{wname}_ck')}, "
            f"{k.const(q, f'{node.name}_dwq')}, {k.scratch_buf(ring(st, cg))}, {k.const(g.astype(np.int32), 'dw_geo')}, "
            f"{k.const(offs.reshape(-1), 'dw_lanes')});")
