@@ -30,7 +30,15 @@ geometry; identical layers share it):
   output row into the ring's lane order, VLDRB gather with a per-rotation
   offset table); 4 channels of a pixel form one vector for the requant
   (the pixel loop in asm: 19 instructions per 4 outputs for a 3x3 kernel
-  with a Relu, every Q register in use). Geometry at run time: one
+  with a Relu, every Q register in use). The ring holds one group of
+  channels at a time: the whole layer runs for the group's channels, then
+  for the next (all channels when their ring fits the arena free at this
+  step in the leanest plan, else the most that fit, at least DW_MIN_GROUP:
+  KWS 25x5x64 with 16: 352 B of ring instead of 1,360). Each input row is
+  read once, as it enters the ring, so output row y may replace input rows
+  up to y + 1 (planner/windows.rows: in place, where the pixel-by-pixel
+  order needed the output a row and a pixel behind its input); the plain C
+  path runs the same ring. Geometry at run time: one
   function per (stride x ring rows, requant flags) for all layers. The
   -1 rounding fix-up is dropped when the clamp sends every negative value
   to lo >= 0; the clamp is a saturating narrow when it is int8's range.
@@ -258,18 +266,21 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     return True
 
 
-# The smallest ring group of qdwdot_mve (channels; its row copies move 8
-# channels of a pixel at a time).
+# The smallest ring group of qdwdot_mve (channels, a multiple of 8: its row
+# copies move 8 channels of a pixel at a time). Each group costs a pass over
+# the rows (row loop, ring copy, per-row setup): KWS on the M55 with groups
+# of 16 (4 per layer) 0.296 instructions/MAC and 8,812 B of RAM, of 8 0.313
+# and 8,664 B, all 64 at once 0.289 and 9,820 B (one row of the layer's
+# pixel loop per call before groups: 0.283, 10,040 B).
 DW_MIN_GROUP = 16
 
 
 def _dw_ring_group(c: int, ring, free: int) -> int:
-    """Channels per ring group of qdwdot_mve: all c when their ring fits the
-    arena free at this step in the leanest plan (no RAM to win), else the
-    most (a multiple of DW_MIN_GROUP) whose ring fits there, else
-    DW_MIN_GROUP (the least arena: each group costs a row loop's overhead
-    per output row, ~1.5 % of the layer's instructions per extra group of
-    64 channels at 25 x 5)."""
+    """Channels per ring group of qdwdot_mve (ring(cg): its bytes): all c
+    when their ring fits the arena free at this step in the leanest plan
+    (no RAM to win: the fastest), else the most (a multiple of
+    DW_MIN_GROUP) whose ring fits there, else DW_MIN_GROUP (the least arena
+    at a small cost, see above)."""
     if c <= DW_MIN_GROUP or ring(c) <= free:
         return c
     fits = [cg for cg in range((c - 1) // DW_MIN_GROUP * DW_MIN_GROUP, DW_MIN_GROUP - 1, -DW_MIN_GROUP)
