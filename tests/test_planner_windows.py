@@ -379,6 +379,23 @@ def test_random_chains_replay_and_poison(board, seed, tmp_path):
     assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, POISON[seed % 2]), feeds)
 
 
+def test_ring_groups_replay_and_poison(monkeypatch, tmp_path):
+    """qdwdot_mve run 8 channels at a time (ring groups forced small): its
+    rows order replayed on the plan of random chains and the Helium header's
+    plain C (the same ring) run on a poisoned arena, equal to the reference."""
+    import cuvil_mcu.isa.mve as mve
+    monkeypatch.setattr(mve, "_dw_ring_group", lambda c, ring, free: min(c, 8))
+    grouped = 0
+    for seed in (1, 2, 5):
+        model, feeds = chain(seed)
+        c = compile_model(model, board="qemu-mps3-an547")
+        assert replay(c) == len(c.plan.aliases)
+        grouped += sum(a["model"]["model"] == "rows" and a["model"]["cgroup"] < c.graph.tensors[a["input"]].shape[-1]
+                       for a in c.plan.aliases)
+        assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, POISON[seed % 2]), feeds)
+    assert grouped, "no depthwise layer ran in ring groups in place"
+
+
 def test_random_chains_alias_most_nodes():
     """Across the chains, most nodes write in place on every kernel family
     (guards against the windows silently finding nothing)."""
