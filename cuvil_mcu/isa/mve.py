@@ -268,10 +268,10 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
 
 # The smallest ring group of qdwdot_mve (channels, a multiple of 8: its row
 # copies move 8 channels of a pixel at a time). Each group costs a pass over
-# the rows (row loop, ring copy, per-row setup): KWS on the M55 with groups
-# of 16 (4 per layer) 0.296 instructions/MAC and 8,812 B of RAM, of 8 0.313
-# and 8,664 B, all 64 at once 0.289 and 9,820 B (one row of the layer's
-# pixel loop per call before groups: 0.283, 10,040 B).
+# the rows (row loop, ring copy, a call of the pixel loop per row): KWS on
+# the M55 with groups of 16 (4 per layer) 0.292 instructions/MAC and 8,768
+# B of RAM, of 8 0.303 and 8,600 B, all 64 at once 0.282 and 9,768 B (before
+# groups, a row behind its input: 0.283, 10,040 B).
 DW_MIN_GROUP = 16
 
 
