@@ -40,7 +40,7 @@ LAYERS = [
     ((1, 256, 3, 3), (3, 3), dict(pads=[1, 1, 1, 1]), -128, (0.002, 0.02)),      # 256 channels
     ((1, 40, 5, 7), (2, 2), dict(dilations=[2, 2], pads=[1, 1, 1, 1]), 11, (0.002, 0.02)),  # dilation 2
     ((1, 12, 4, 9), (1, 3), dict(dilations=[1, 2], pads=[0, 2, 0, 2]), -9, (0.002, 0.02)),   # 1x3, dilated
-    ((1, 64, 4, 40), (3, 3), dict(pads=[1, 1, 1, 1]), -128, (0.002, 0.02)),      # wider than the ring: strips
+    ((1, 40, 4, 100), (3, 3), dict(pads=[1, 1, 1, 1]), -128, (0.002, 0.02)),     # wider than the ring: strips
     ((1, 36, 10, 33), (3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1]), 3, (0.002, 0.02)),  # s2 SAME, odd width
     ((1, 3, 12, 13), (3, 3), dict(strides=[1, 2], pads=[1, 1, 1, 1]), -128, (0.01, 0.05)),  # C 3, mixed stride
 ]
@@ -85,7 +85,7 @@ def _calls(header, kernel):
     """The call lines of kernel in the run function (its ring is arena scratch:
     the 5th argument)."""
     return [ln for ln in header.split("\n") if f"__{kernel}_" in ln and ln.strip().startswith("model__")
-            and not re.search(r"_(row|ring)\(", ln)]      # the kernel's own out-of-line parts
+            and not re.search(r"_(row|ring|grp)\(", ln)]      # the kernel's own out-of-line parts
 
 
 @needs_qemu
@@ -173,7 +173,7 @@ def test_ring_strips():
     sym = args[5]
     (k,) = [k for k in c.consts if k.symbol == sym]
     g = [int(v) for v in k.data.reshape(-1)]
-    assert g[2] == 40 and 1 < g[14] < 40
+    assert g[2] == 100 and 1 < g[14] < 100
 
 
 @needs_qemu
@@ -194,3 +194,39 @@ def test_shared_models_exact_and_fast(name, bound):
         assert np.array_equal(o, e), f"{name}: QEMU output differs from the reference"
     assert r.per_mac <= bound, r.per_mac
     assert r.text + r.data <= c.weights_bytes + 12 * 1024
+
+
+def test_ring_group_choice():
+    """All channels when their ring fits the free arena, else the most
+    channels (a multiple of DW_MIN_GROUP) whose ring fits, else DW_MIN_GROUP."""
+    import cuvil_mcu.isa.mve as mve
+
+    def ring(cg):
+        return -(-cg // 8) * 8 * 21 + 16
+    g = mve.DW_MIN_GROUP
+    assert mve._dw_ring_group(64, ring, 10 ** 6) == 64
+    assert mve._dw_ring_group(64, ring, ring(64) - 1) == 64 - g
+    assert mve._dw_ring_group(64, ring, ring(2 * g)) == 2 * g
+    assert mve._dw_ring_group(64, ring, 0) == g
+    assert mve._dw_ring_group(g - 3, ring, 0) == g - 3 and mve._dw_ring_group(g + 5, ring, 0) == g
+
+
+@needs_qemu
+def test_ring_groups_exact(monkeypatch):
+    """Every layer above run 8 channels at a time (ring groups, the last one
+    short when C % 8 != 0; strips of columns too for the wide one) on QEMU and through the plain C path on the host,
+    the group size in the geometry (g[21]) and the ring sized for one group."""
+    import cuvil_mcu.isa.mve as mve
+    monkeypatch.setattr(mve, "_dw_ring_group", lambda c, ring, free: min(c, 8))
+    layers = LAYERS[:2] + LAYERS[3:]
+    model, feeds = _model(layers, 7)
+    c = compile_model(model, board=BOARD)
+    calls = _calls(c.header, "qdwdot_mve")
+    assert len(calls) == len(layers)
+    for call in calls:
+        sym = call.split("(", 1)[1].rsplit(")", 1)[0].split(", ")[5]
+        (k,) = [k for k in c.consts if k.symbol == sym]
+        g = [int(v) for v in k.data.reshape(-1)]
+        assert g[21] == min(g[3], 8), g
+    _check_qemu(c, feeds)
+    _check_host(c, feeds)

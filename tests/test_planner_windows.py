@@ -3,7 +3,8 @@ and kernel scratch in the arena, checked three independent ways:
 
 - a byte-level replay of the whole run on the plan: every node's kernel
   order (the one it declared: pixels in raster order or from the last down,
-  pixel pairs, channel blocks, depthwise row bands) simulated here with
+  pixel pairs, channel blocks, depthwise row bands, rows through a ring
+  per channel group) simulated here with
   plain loops, every byte read checked to still hold what its producer
   wrote (nothing overwrote it), scratch overwriting whatever it overlaps,
   graph outputs intact at the end; the other nodes read all inputs, then
@@ -117,6 +118,28 @@ def channel_events(geo: ConvGeometry, prm):
             yield "w", (b * oh * ow + np.arange(oh * ow)) * c + ch
 
 
+def rows_events(geo: ConvGeometry, prm):
+    """qdwdot_mve's ring (Helium and its plain C path): per group of cgroup
+    channels, per batch entry, per output row, the input rows its window
+    reaches that are not in the ring yet (each row once, in order) read
+    whole for the group's channels, then the output row's bytes of them."""
+    (h, w), (oh, ow), (kh, _) = geo.hw, geo.out_hw, geo.k
+    sh, pt, dh, c = geo.strides[0], geo.pad_begin[0], geo.dilations[0], geo.c
+    for c0 in range(0, c, prm["cgroup"]):
+        ch = np.arange(c0, min(c0 + prm["cgroup"], c))
+        for b in range(geo.n):
+            nxt = None
+            for o in range(oh):
+                r0 = o * sh - pt
+                r1 = r0 + (kh - 1) * dh
+                rr = [r for r in range(r0 if nxt is None else max(nxt, r0), r1 + 1) if 0 <= r < h]
+                nxt = r1 + 1
+                if rr:
+                    yield "r", np.asarray([((b * h + r) * w + x) * c + k for r in rr for x in range(w) for k in ch],
+                                          np.int64)
+                yield "w", np.asarray([((b * oh + o) * ow + x) * c + k for x in range(ow) for k in ch], np.int64)
+
+
 def replay(c) -> int:
     """Run the plan byte by byte; returns how many aliased nodes it replayed
     with their own order. Fails on any byte read after being overwritten."""
@@ -183,6 +206,8 @@ def replay(c) -> int:
                                    prm.get("opos"))
         elif prm["model"] == "channels":
             events = channel_events(geo, prm)
+        elif prm["model"] == "rows":
+            events = rows_events(geo, prm)
         else:
             events = band_events(geo.n, geo.c, prm)
         for kind, idx in events:
@@ -354,6 +379,23 @@ def test_random_chains_replay_and_poison(board, seed, tmp_path):
     assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, POISON[seed % 2]), feeds)
 
 
+def test_ring_groups_replay_and_poison(monkeypatch, tmp_path):
+    """qdwdot_mve run 8 channels at a time (ring groups forced small): its
+    rows order replayed on the plan of random chains and the Helium header's
+    plain C (the same ring) run on a poisoned arena, equal to the reference."""
+    import cuvil_mcu.isa.mve as mve
+    monkeypatch.setattr(mve, "_dw_ring_group", lambda c, ring, free: min(c, 8))
+    grouped = 0
+    for seed in (1, 2, 5):
+        model, feeds = chain(seed)
+        c = compile_model(model, board="qemu-mps3-an547")
+        assert replay(c) == len(c.plan.aliases)
+        grouped += sum(a["model"]["model"] == "rows" and a["model"]["cgroup"] < c.graph.tensors[a["input"]].shape[-1]
+                       for a in c.plan.aliases)
+        assert_graph_outputs_exact(c.graph, run_poisoned(c, feeds, tmp_path, POISON[seed % 2]), feeds)
+    assert grouped, "no depthwise layer ran in ring groups in place"
+
+
 def test_random_chains_alias_most_nodes():
     """Across the chains, most nodes write in place on every kernel family
     (guards against the windows silently finding nothing)."""
@@ -500,9 +542,19 @@ def test_hand_windows():
     read[:5, :4] = True
     ch2 = windows.channels(1, 6 * 5 * 16, 2 * 2 * 16, 16, read)
     assert ch2.safe(0) and windows.best_delta(ch2, 16) is not None and not ch2.safe(1)
+    # rows through a ring (isa/mve.py's qdwdot_mve): row y enters the ring
+    # while output row y - 1 is computed, so output row y may replace input
+    # rows up to y + 1 (in place, or up to a row ahead: +80, not +96); all
+    # channels at once, a byte may also land on another channel (-8); in
+    # groups of 8 channels only whole pixels keep every byte on its group
+    # (a later group's input is read after this group's output is written)
+    ring = windows.rows(dw)
+    assert windows.best_delta(ring, 16) == 0 and ring.safe(80) and ring.safe(-8) and not ring.safe(96)
+    ring8 = windows.rows(dw, 8)
+    assert ring8.safe(0) and ring8.safe(80) and ring8.safe(-16) and not ring8.safe(8) and not ring8.safe(-8)
     # the exact check agrees with brute force over every delta
     for order in (windows.raster(dw, True, group=1, cblock=1), o, windows.raster(up, False, group=2, cblock=0),
-                  ch, ch2):
+                  ch, ch2, ring, ring8):
         for d in range(-order.write_step.size, order.last_read.size + 1):
             a = np.arange(order.write_step.size)
             b = a + d

@@ -30,7 +30,15 @@ geometry; identical layers share it):
   output row into the ring's lane order, VLDRB gather with a per-rotation
   offset table); 4 channels of a pixel form one vector for the requant
   (the pixel loop in asm: 19 instructions per 4 outputs for a 3x3 kernel
-  with a Relu, every Q register in use). Geometry at run time: one
+  with a Relu, every Q register in use). The ring holds one group of
+  channels at a time: the whole layer runs for the group's channels, then
+  for the next (all channels when their ring fits the arena free at this
+  step in the leanest plan, else the most that fit, at least DW_MIN_GROUP:
+  KWS 25x5x64 with 16: 352 B of ring instead of 1,360). Each input row is
+  read once, as it enters the ring, so output row y may replace input rows
+  up to y + 1 (planner/windows.rows: in place, where the pixel-by-pixel
+  order needed the output a row and a pixel behind its input); the plain C
+  path runs the same ring. Geometry at run time: one
   function per (stride x ring rows, requant flags) for all layers. The
   -1 rounding fix-up is dropped when the clamp sends every negative value
   to lo >= 0; the clamp is a saturating narrow when it is int8's range.
@@ -207,9 +215,10 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     def cols(s):
         return (s - 1) * sw + span
 
-    def ring(s):   # bytes of rb: [C/8 * 8][cols][nr], rounded up to 16, + 16 (loads past the end)
-        return -(-c8 * cols(s) * nr // 16) * 16 + 16
-    strips = [s for s in [ow] + list(range(ow - 1, 0, -1)) if ring(s) <= DW_RING_BYTES]
+    def ring(s, cg=c8):   # bytes of rb: [cg rounded up to 8][cols][nr], rounded up to 16, + 16 (loads past the end)
+        return -(-(-(-cg // 8) * 8) * cols(s) * nr // 16) * 16 + 16
+    cg = _dw_ring_group(geo.c, lambda cg: ring(ow, cg), k.scratch_free())
+    strips = [s for s in [ow] + list(range(ow - 1, 0, -1)) if ring(s, cg) <= DW_RING_BYTES]
     if not strips or 7 * cols(strips[0]) * nr > 65535:
         return False
     st = strips[0]
@@ -229,7 +238,7 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
                 bits |= 1 << lane
         preds.append(bits)
     g = np.array([geo.n, oh, ow, geo.c, sh, sw, pt, pl, dh, kh, h, wd, nr, pws, st, p.x_zp, p.rq.zp, lo, hi,
-                  kh * kw, dw] + preds, np.int64)
+                  kh * kw, dw, cg] + preds, np.int64)
     check_index(node, g, geo.n * geo.c * h * wd * 2, geo.n * geo.c * oh * ow * 2)
     flags = dict(ps=sw * nr, lsh=lsh, fix=0 if lo >= 0 else (2 if rneg else 1),
                  sat=int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp), tail=int(geo.c % 4 != 0),
@@ -247,13 +256,36 @@ def _emit_dwdot(node, k, geo, p, wq, folded, x, y, wname) -> bool:
     fn = k.kernel("qdwdot_mve", {"name": "s8_" + "_".join(f"{f}{flags[f]}" for f in sorted(flags)), **flags})
     wpad = np.zeros((c4, kh * kw), np.int8)
     wpad[:geo.c] = wq[:, 0].reshape(geo.c, kh * kw)
-    if st == ow:   # one strip: output rows in order (the ring filled first); the plain C of other
-        # targets runs pixel by pixel, channel by channel from x: that order covers both
-        k.order(0, lambda: windows.raster(geo, True, group=1, cblock=1, what="qdwdot_mve: pixels"))
+    if st == ow:   # one strip: per ring group, output rows in order, each input row read once as it
+        # enters the ring (the plain C path of other targets runs the same ring): written over its input
+        k.order(0, lambda: windows.rows(geo, cg, what=f"qdwdot_mve: rows through the ring"
+                                        f"{f', {cg} channels at a time' if cg < geo.c else ''}"))
     k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(wpad, f'{wname}_ck')}, "
-           f"{k.const(q, f'{node.name}_dwq')}, {k.scratch_buf(ring(st))}, {k.const(g.astype(np.int32), 'dw_geo')}, "
+           f"{k.const(q, f'{node.name}_dwq')}, {k.scratch_buf(ring(st, cg))}, {k.const(g.astype(np.int32), 'dw_geo')}, "
            f"{k.const(offs.reshape(-1), 'dw_lanes')});")
     return True
+
+
+# The smallest ring group of qdwdot_mve (channels, a multiple of 8: its row
+# copies move 8 channels of a pixel at a time). Each group costs a pass over
+# the rows (row loop, ring copy, a call of the pixel loop per row): KWS on
+# the M55 with groups of 16 (4 per layer) 0.292 instructions/MAC and 8,768
+# B of RAM, of 8 0.303 and 8,600 B, all 64 at once 0.282 and 9,768 B (before
+# groups, a row behind its input: 0.283, 10,040 B).
+DW_MIN_GROUP = 16
+
+
+def _dw_ring_group(c: int, ring, free: int) -> int:
+    """Channels per ring group of qdwdot_mve (ring(cg): its bytes): all c
+    when their ring fits the arena free at this step in the leanest plan
+    (no RAM to win: the fastest), else the most (a multiple of
+    DW_MIN_GROUP) whose ring fits there, else DW_MIN_GROUP (the least arena
+    at a small cost, see above)."""
+    if c <= DW_MIN_GROUP or ring(c) <= free:
+        return c
+    fits = [cg for cg in range((c - 1) // DW_MIN_GROUP * DW_MIN_GROUP, DW_MIN_GROUP - 1, -DW_MIN_GROUP)
+            if ring(cg) <= free]
+    return fits[0] if fits else DW_MIN_GROUP
 
 
 def _emit_depthwise(node, k, geo, p, wq, bias, folded, x, y, wname) -> bool:

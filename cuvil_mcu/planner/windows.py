@@ -276,3 +276,38 @@ def channels(nb: int, n_in: int, n_out: int, c: int, read: np.ndarray | None = N
         lr[:, ~np.asarray(read, bool).reshape(-1), :] = -1
     return Order(np.ascontiguousarray(ws), lr.reshape(-1), what or "channels",
                  dict(model="channels", c=c, read=None if read is None else np.asarray(read, bool).tolist()))
+
+
+def rows(geo, cgroup: int = 0, what: str = "") -> Order:
+    """A ring of input rows (isa/mve.py's qdwdot_mve, depthwise with channel
+    multiplier 1, one strip): per group of cgroup channels (0: all), per
+    batch entry, per output row oh, the input rows its window reaches that
+    the ring does not hold yet (from max(next, oh sh - pt) to oh sh - pt +
+    (kh - 1) dh, clipped to the input; rows in between included) are read,
+    whole, for the group's channels, then output row oh of those channels
+    is written. An input row is read once: the output may replace it as soon
+    as it is in the ring."""
+    (h, w), (oh, ow), (kh, _) = geo.hw, geo.out_hw, geo.k
+    sh, pt, dh = geo.strides[0], geo.pad_begin[0], geo.dilations[0]
+    c, nb = geo.c, geo.n
+    if geo.m != c:
+        raise ValueError("windows.rows: depthwise layers with channel multiplier 1 only")
+    cg = cgroup if cgroup and cgroup < c else c
+    cgi = np.arange(c, dtype=np.int64) // cg
+    # the output row at which each input row enters the ring (-1: never)
+    enters = np.full(h, -1, np.int64)
+    nxt = None
+    for o in range(oh):
+        r0, r1 = o * sh - pt, o * sh - pt + (kh - 1) * dh
+        lo_ = r0 if nxt is None else max(nxt, r0)
+        for r in range(max(lo_, 0), min(r1, h - 1) + 1):
+            enters[r] = o
+        nxt = r1 + 1
+    steps_b = oh                                  # steps of one batch entry of one group
+    base = (cgi[None, :] * nb + np.arange(nb, dtype=np.int64)[:, None]) * steps_b    # [nb][c]
+    ws = base[:, None, None, :] + np.arange(oh, dtype=np.int64)[None, :, None, None]
+    ws = np.broadcast_to(ws, (nb, oh, ow, c)).reshape(-1)
+    lr = np.where(enters[None, :, None, None] >= 0, base[:, None, None, :] + enters[None, :, None, None], -1)
+    lr = np.broadcast_to(lr, (nb, h, w, c)).reshape(-1)
+    return Order(np.ascontiguousarray(ws), np.ascontiguousarray(lr),
+                 what or f"rows(cgroup={cg})", dict(model="rows", cgroup=int(cg)))
