@@ -69,7 +69,7 @@ def main() -> None:
 
     import onnx
     import torch
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from ort_qdq import quantize_qdq   # examples/ort_qdq.py (this folder)
 
     torch.manual_seed(0)
     net = build()
@@ -83,18 +83,8 @@ def main() -> None:
     torch.onnx.export(net, x, str(F32), input_names=["input"], output_names=["logits"], opset_version=13,
                       dynamo=False)
     rng = np.random.RandomState(1)
-    calib = [rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32) for _ in range(16)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            v = next(self.it, None)
-            return None if v is None else {"input": v}
-
-    quantize_static(str(F32), str(OUT), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    calib = [{"input": rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32)} for _ in range(16)]
+    quantize_qdq(F32, OUT, calib)
     m = onnx.load(str(OUT))
     onnx.checker.check_model(m)
     print(f"wrote {OUT} ({OUT.stat().st_size:,} B)", file=sys.stderr)

@@ -171,7 +171,7 @@ def _fold_batchnorm(m):
 
 def main() -> None:
     import onnx
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from ort_qdq import quantize_qdq   # examples/ort_qdq.py (this folder)
 
     rng = np.random.default_rng(0)
     m = _seeded(source_model(), rng)
@@ -179,18 +179,8 @@ def main() -> None:
     stats = [rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32) for _ in range(4)]
     m = _fold_batchnorm(_bn_statistics(m, stats))
     onnx.save(m, str(F32))
-    calib = [rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32) for _ in range(16)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            v = next(self.it, None)
-            return None if v is None else {name: v}
-
-    quantize_static(str(F32), str(OUT), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    calib = [{name: rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32)} for _ in range(16)]
+    quantize_qdq(F32, OUT, calib)
     q = onnx.load(str(OUT))
     onnx.checker.check_model(q)
     print(f"wrote {OUT} ({OUT.stat().st_size:,} B) and {F32} ({F32.stat().st_size:,} B)", file=sys.stderr)

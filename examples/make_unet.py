@@ -63,7 +63,7 @@ def build():
 def main() -> None:
     import onnx
     import torch
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from ort_qdq import quantize_qdq   # examples/ort_qdq.py (this folder)
 
     torch.manual_seed(0)
     net = build()
@@ -76,18 +76,8 @@ def main() -> None:
     torch.onnx.export(net, x, str(FLOAT), input_names=["image"], output_names=["logits"], opset_version=13,
                       dynamo=False)
     rng = np.random.RandomState(1)
-    calib = [rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32) for _ in range(16)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            v = next(self.it, None)
-            return None if v is None else {"image": v}
-
-    quantize_static(str(FLOAT), str(INT8), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    calib = [{"image": rng.uniform(-1, 1, (1, 3, SIZE, SIZE)).astype(np.float32)} for _ in range(16)]
+    quantize_qdq(FLOAT, INT8, calib)
     for p in (FLOAT, INT8):
         onnx.checker.check_model(onnx.load(str(p)))
         print(f"wrote {p} ({p.stat().st_size:,} B)", file=sys.stderr)

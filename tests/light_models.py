@@ -226,21 +226,14 @@ def quantized(m: onnx.ModelProto, samples: int = 4, seed: int = 5, extra_ops: tu
     import tempfile
 
     from onnx import version_converter
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from examples.ort_qdq import quantize_qdq
 
     m13 = version_converter.convert_version(m, 13)
     x = data_inputs(m13)[0]
     shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
     rng = np.random.default_rng(seed)
     feeds = [{x.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(samples)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(feeds)
-
-        def get_next(self):
-            return next(self.it, None)
-
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
         onnx.save(m13, src)
@@ -248,8 +241,7 @@ def quantized(m: onnx.ModelProto, samples: int = 4, seed: int = 5, extra_ops: tu
         if extra_ops:
             from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
             kw["op_types_to_quantize"] = sorted(set(QDQRegistry) | set(QLinearOpsRegistry) | set(extra_ops))
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                        weight_type=QuantType.QInt8, per_channel=True, **kw)
+        quantize_qdq(src, dst, feeds, **kw)
         return onnx.load(dst)
 
 

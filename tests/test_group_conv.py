@@ -225,23 +225,13 @@ def unit_model(seed=0, c=12, groups=3, h=6, w=5, nhwc=False, producer="conv"):
 
 
 def quantized(model, feeds, tmp_path, name="q"):
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from examples.ort_qdq import quantize_qdq
     f32, q8 = tmp_path / f"{name}_f32.onnx", tmp_path / f"{name}_int8.onnx"
     onnx.save(model, str(f32))
     rng = np.random.RandomState(1)
     x = feeds["x"]
     calib = [rng.uniform(-1, 1, x.shape).astype(np.float32) for _ in range(8)] + [x]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib)
-
-        def get_next(self):
-            v = next(self.it, None)
-            return None if v is None else {"x": v}
-
-    quantize_static(str(f32), str(q8), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    quantize_qdq(f32, q8, [{"x": v} for v in calib])
     return onnx.load(str(q8))
 
 

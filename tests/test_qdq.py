@@ -16,6 +16,7 @@ from cuvil_mcu.sim import host
 from helpers import run_c, run_ort, run_ref
 
 ort_quant = pytest.importorskip("onnxruntime.quantization")
+from examples.ort_qdq import quantize_qdq  # noqa: E402
 logging.getLogger().setLevel(logging.ERROR)  # quantize_static's pre-processing advice
 
 
@@ -32,21 +33,14 @@ def _quantize(tmp_path, model, x_shape, seed=0, per_channel=True, act="QInt8", n
     rng = np.random.RandomState(seed)
     src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
     onnx.save(model, src)
-
-    class Reader(ort_quant.CalibrationDataReader):
-        def __init__(self):
-            self.data = iter([{"x": (rng.randn(*x_shape) * scale).astype(np.float32)} for _ in range(n_calib)])
-
-        def get_next(self):
-            return next(self.data, None)
+    feeds = [{"x": (rng.randn(*x_shape) * scale).astype(np.float32)} for _ in range(n_calib)]
 
     # reduce_range: 7-bit weights. onnxruntime's x86 u8s8 kernels
     # (vpmaddubsw) saturate int16 pair sums with full-range weights and then
     # disagree with the exact integer result by several LSB; quantize_static
     # offers reduce_range for exactly that, so the comparison is exact.
-    ort_quant.quantize_static(str(src), str(dst), Reader(), quant_format=ort_quant.QuantFormat.QDQ,
-                              per_channel=per_channel, activation_type=getattr(ort_quant.QuantType, act),
-                              weight_type=ort_quant.QuantType.QInt8, reduce_range=True)
+    quantize_qdq(src, dst, feeds, per_channel=per_channel, activation_type=getattr(ort_quant.QuantType, act),
+                 reduce_range=True)
     return onnx.load(dst)
 
 

@@ -37,9 +37,10 @@ CONV_FIELDS = ("nb", "groups", "cg", "mg", "ih_n", "iw_n", "oh_n", "ow_n", "kh_n
 
 
 @dataclass
-class ConvGeometry:
-    """Everything about a convolution's shape, with 1-D lifted to 2-D
-    (H = KH = OH = 1, stride/dilation 1 and no padding on that axis)."""
+class WindowGeometry:
+    """What Conv and ConvTranspose (ops/convtranspose.TGeometry) share about
+    their shape, with 1-D lifted to 2-D (H = KH = OH = 1, stride/dilation 1
+    and no padding on that axis)."""
 
     spatial: int                    # 1 or 2: spatial rank of the ONNX node
     n: int
@@ -51,8 +52,6 @@ class ConvGeometry:
     strides: tuple[int, int]
     dilations: tuple[int, int]
     pad_begin: tuple[int, int]      # top, left
-    pad_end: tuple[int, int]        # bottom, right
-    out_hw: tuple[int, int]
 
     @property
     def cg(self) -> int:
@@ -64,7 +63,15 @@ class ConvGeometry:
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        return (self.n, self.m) + self.out_hw[2 - self.spatial:]
+        return (self.n, self.m) + self.out_hw[2 - self.spatial:]   # out_hw: each subclass's last field
+
+
+@dataclass
+class ConvGeometry(WindowGeometry):
+    """Everything about a convolution's shape."""
+
+    pad_end: tuple[int, int]        # bottom, right
+    out_hw: tuple[int, int]
 
     def onnx_pads(self) -> list[int]:
         """Explicit ONNX `pads` (begins then ends) equivalent to auto_pad."""
@@ -82,26 +89,24 @@ def _ints(node, name: str, default: list[int], n: int) -> list[int]:
     return v
 
 
-def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
-    """Validate a Conv node against its input shapes; resolve auto_pad into
-    explicit pads. Also usable by passes (e.g. Pad fusion needs the pads)."""
+def check_ranks(node, x_shape, w_shape, what: str) -> int:
+    """The spatial rank (1 or 2) of a Conv or ConvTranspose (`what` names
+    it) with input and weight of these shapes."""
     rank = len(x_shape)
     if rank >= 5:
-        raise unsupported(node, f"{rank - 2}-D convolution (input {list(x_shape)}); only 1-D and 2-D are supported")
+        raise unsupported(node, f"{rank - 2}-D {what} (input {list(x_shape)}); only 1-D and 2-D are supported")
     if rank < 3:
         raise shape_error(node, f"input {list(x_shape)} must be N x C x spatial (rank 3 or 4)")
-    sp = rank - 2
     if len(w_shape) != rank:
         raise shape_error(node, f"weight {list(w_shape)} must have the input's rank {rank}")
-    n, c = int(x_shape[0]), int(x_shape[1])
-    m, cg = int(w_shape[0]), int(w_shape[1])
+    return rank - 2
+
+
+def window_attrs(node, w_shape, sp: int, extra: tuple = ()):
+    """The kernel size and the attributes Conv and ConvTranspose share,
+    checked: (ks, strides, dilations, pads, auto_pad). extra: more
+    (name, values) to check against the extent limit."""
     ks = [int(d) for d in w_shape[2:]]
-    group = int(node.attr("group", 1))
-    if group < 1 or c % group or m % group:
-        raise shape_error(node, f"group={group} must divide input channels {c} and output channels {m}")
-    if cg != c // group:
-        raise shape_error(node, f"weight {list(w_shape)} has {cg} input channels per group; "
-                                f"input has {c} channels in {group} group(s) = {c // group}")
     kattr = node.attr("kernel_shape")
     if kattr is not None and [int(d) for d in kattr] != ks:
         raise shape_error(node, f"kernel_shape={list(kattr)} does not match weight {list(w_shape)}")
@@ -110,9 +115,9 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
     pads = _ints(node, "pads", [0] * 2 * sp, 2 * sp)
     if min(strides) < 1 or min(dil) < 1:
         raise shape_error(node, f"strides {strides} and dilations {dil} must be >= 1")
-    for what, vals in (("strides", strides), ("dilations", dil), ("pads", pads)):
+    for what, vals in (("strides", strides), ("dilations", dil), ("pads", pads)) + tuple(extra):
         for v in vals:
-            limits.check_extent(v, f"node '{node.name}' ({node.op_type}): {what} value")
+            limits.check_extent(int(v), f"node '{node.name}' ({node.op_type}): {what} value")
     if min(pads) < 0:
         raise unsupported(node, f"negative pads {pads}")
     if min(ks) < 1:
@@ -121,6 +126,22 @@ def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
     if auto_pad not in AUTO_PADS:
         raise unsupported(node, f"auto_pad={auto_pad!r} (expected one of {', '.join(AUTO_PADS)})")
+    return ks, strides, dil, pads, auto_pad
+
+
+def conv_geometry(node, x_shape, w_shape) -> ConvGeometry:
+    """Validate a Conv node against its input shapes; resolve auto_pad into
+    explicit pads. Also usable by passes (e.g. Pad fusion needs the pads)."""
+    sp = check_ranks(node, x_shape, w_shape, "convolution")
+    n, c = int(x_shape[0]), int(x_shape[1])
+    m, cg = int(w_shape[0]), int(w_shape[1])
+    group = int(node.attr("group", 1))
+    if group < 1 or c % group or m % group:
+        raise shape_error(node, f"group={group} must divide input channels {c} and output channels {m}")
+    if cg != c // group:
+        raise shape_error(node, f"weight {list(w_shape)} has {cg} input channels per group; "
+                                f"input has {c} channels in {group} group(s) = {c // group}")
+    ks, strides, dil, pads, auto_pad = window_attrs(node, w_shape, sp)
     if auto_pad != "NOTSET" and any(pads):
         raise unsupported(node, f"auto_pad={auto_pad} together with explicit pads {pads} "
                                 f"(ONNX forbids using both)")

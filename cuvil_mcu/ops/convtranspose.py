@@ -56,61 +56,23 @@ import numpy as np
 
 from .. import isa, limits
 from .base import Op, apply_act, register, require_float, shape_error, unsupported
-from .conv import AUTO_PADS, ConvGeometry, _border_tables, border_rows
-from .qconv import QCONV_FIELDS, _QConv, _bias, _from_nchw, _to_nchw, channels_last, conv_plan
+from .conv import ConvGeometry, WindowGeometry, _border_tables, _ints, border_rows, check_ranks, window_attrs
+from .qconv import QCONV_FIELDS, _QConv, _bias, _from_nchw, channels_last, conv_plan, nchw_input
 from .qgemm import (CODES, CTYPES, INT8_TYPES, check_index, make_requant, scalar_qparams, weight_qparams)
 
 
 @dataclass
-class TGeometry:
-    """A ConvTranspose's shape, 1-D lifted to 2-D (H = KH = OH = 1)."""
+class TGeometry(WindowGeometry):
+    """A ConvTranspose's shape (pad_begin: what the definition crops at the
+    start of each axis)."""
 
-    spatial: int
-    n: int
-    c: int
-    m: int
-    group: int
-    hw: tuple[int, int]
-    k: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pad_begin: tuple[int, int]
     out_hw: tuple[int, int]
-
-    @property
-    def cg(self) -> int:
-        return self.c // self.group
-
-    @property
-    def mg(self) -> int:
-        return self.m // self.group
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return (self.n, self.m) + self.out_hw[2 - self.spatial:]
-
-
-def _ints(node, name: str, default: list[int], n: int) -> list[int]:
-    v = node.attr(name)
-    if v is None:
-        return list(default)
-    v = [int(x) for x in v]
-    if len(v) != n:
-        raise shape_error(node, f"attribute {name}={v} needs {n} values")
-    return v
 
 
 def convt_geometry(node, x_shape, w_shape) -> TGeometry:
     """Validate a ConvTranspose (NCHW shapes) and resolve its output size and
     begin pads (see the module docstring)."""
-    rank = len(x_shape)
-    if rank >= 5:
-        raise unsupported(node, f"{rank - 2}-D ConvTranspose (input {list(x_shape)}); only 1-D and 2-D are supported")
-    if rank < 3:
-        raise shape_error(node, f"input {list(x_shape)} must be N x C x spatial (rank 3 or 4)")
-    sp = rank - 2
-    if len(w_shape) != rank:
-        raise shape_error(node, f"weight {list(w_shape)} must have the input's rank {rank}")
+    sp = check_ranks(node, x_shape, w_shape, "ConvTranspose")
     n, c = int(x_shape[0]), int(x_shape[1])
     group = int(node.attr("group", 1))
     if group < 1 or c % group:
@@ -118,30 +80,11 @@ def convt_geometry(node, x_shape, w_shape) -> TGeometry:
     if int(w_shape[0]) != c:
         raise shape_error(node, f"weight {list(w_shape)} must be [C={c}, M/group, kernel...]")
     m = int(w_shape[1]) * group
-    ks = [int(d) for d in w_shape[2:]]
-    kattr = node.attr("kernel_shape")
-    if kattr is not None and [int(d) for d in kattr] != ks:
-        raise shape_error(node, f"kernel_shape={list(kattr)} does not match weight {list(w_shape)}")
-    strides = _ints(node, "strides", [1] * sp, sp)
-    dil = _ints(node, "dilations", [1] * sp, sp)
-    pads = _ints(node, "pads", [0] * 2 * sp, 2 * sp)
     opad = _ints(node, "output_padding", [0] * sp, sp)
-    if min(strides) < 1 or min(dil) < 1:
-        raise shape_error(node, f"strides {strides} and dilations {dil} must be >= 1")
-    for what, vals in (("strides", strides), ("dilations", dil), ("pads", pads), ("output_padding", opad),
-                       ("output_shape", node.attr("output_shape") or [])):
-        for v in vals:
-            limits.check_extent(int(v), f"node '{node.name}' ({node.op_type}): {what} value")
-    if min(pads) < 0:
-        raise unsupported(node, f"negative pads {pads}")
+    ks, strides, dil, pads, auto_pad = window_attrs(node, w_shape, sp, (("output_padding", opad),
+                                                    ("output_shape", node.attr("output_shape") or [])))
     if min(opad) < 0:
         raise shape_error(node, f"output_padding {opad} must be >= 0")
-    if min(ks) < 1:
-        raise shape_error(node, f"empty kernel {ks}")
-    auto_pad = node.attr("auto_pad", "NOTSET") or "NOTSET"
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-    if auto_pad not in AUTO_PADS:
-        raise unsupported(node, f"auto_pad={auto_pad!r} (expected one of {', '.join(AUTO_PADS)})")
     oshape = node.attr("output_shape")
     if oshape is not None:
         oshape = [int(v) for v in oshape]
@@ -372,11 +315,7 @@ class ConvTranspose(Op):
 # --------------------------------------------------------------------------- integer
 
 def qconvt_geometry(node, x_shape, w_shape) -> TGeometry:
-    if channels_last(node):
-        if len(x_shape) < 3:
-            raise shape_error(node, f"input {list(x_shape)} must be N x spatial x C (rank 3 or 4)")
-        x_shape = _to_nchw(x_shape)
-    return convt_geometry(node, x_shape, w_shape)
+    return convt_geometry(node, nchw_input(node, x_shape), w_shape)
 
 
 @dataclass

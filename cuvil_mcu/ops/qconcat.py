@@ -21,27 +21,9 @@ import numpy as np
 
 from .. import quant
 from .concat import concat_shape
-from .base import Op, norm_axis, register, shape_error, unsupported
-from .qelementwise import CODES, CTYPES, build_lut, int8_input, lut_apply, lut_index, out_range, qpair, \
+from .base import Op, norm_axis, register, shape_error
+from .qelementwise import CODES, CTYPES, build_lut, lut_apply, lut_index, out_range, qvariadic_params, \
     requant_mode
-
-
-def _params(node, ins):
-    """(dtype, (ys, yz), [(x tensor, xs, xz)]) validated."""
-    if len(ins) < 5 or (len(ins) - 2) % 3:
-        raise shape_error(node, f"has {len(ins)} inputs; expected Y_scale, Y_zero_point, then "
-                                f"(X, X_scale, X_zero_point) triples")
-    xs = [ins[i] for i in range(2, len(ins), 3)]
-    dt = int8_input(node, xs[0], "input 0")
-    for i, t in enumerate(xs):
-        if int8_input(node, t, f"input {i}") != dt:
-            raise unsupported(node, f"input {i} '{t.name}' is {t.dtype}, input 0 '{xs[0].name}' is {dt}")
-    ys, yz = qpair(node, ins, 0, 1, "Y", dt)
-    parts = []
-    for i in range(len(xs)):
-        s, z = qpair(node, ins, 3 + 3 * i, 4 + 3 * i, f"input {i}", dt)
-        parts.append((xs[i], s, z))
-    return dt, (ys, yz), parts
 
 
 def _axis(node, ins) -> int:
@@ -66,17 +48,17 @@ class QLinearConcat(Op):
     fuses_act = True
 
     def check(self, node, ins):
-        _params(node, ins)
+        qvariadic_params(node, ins)
         _axis(node, ins)
         requant_mode(node)
 
     def infer(self, node, ins):
-        dt, _, parts = _params(node, ins)
+        dt, _, parts = qvariadic_params(node, ins)
         axis = _axis(node, ins)
         return [(concat_shape(node, [t for t, _, _ in parts], axis), dt)]
 
     def reference(self, node, ins, *arrays):
-        dt, (ys, yz), parts = _params(node, ins)
+        dt, (ys, yz), parts = qvariadic_params(node, ins)
         lo, hi = out_range(node, ys, yz, dt)
         axis = _axis(node, ins)
         mode = requant_mode(node)
@@ -94,7 +76,7 @@ class QLinearConcat(Op):
         return [np.concatenate(outs, axis=axis)]
 
     def emit(self, node, ins, outs, k):
-        dt, (ys, yz), parts = _params(node, ins)
+        dt, (ys, yz), parts = qvariadic_params(node, ins)
         lo, hi = out_range(node, ys, yz, dt)
         axis = _axis(node, ins)
         y = outs[0]

@@ -61,12 +61,18 @@ def _from_nchw(shape) -> tuple[int, ...]:
     return (shape[0],) + tuple(shape[2:]) + (shape[1],)
 
 
+def nchw_input(node, x_shape) -> tuple[int, ...]:
+    """The input shape of an integer Conv / ConvTranspose in NCHW (its
+    kernels may run channels-last: see channels_last)."""
+    if not channels_last(node):
+        return tuple(x_shape)
+    if len(x_shape) < 3:
+        raise shape_error(node, f"input {list(x_shape)} must be N x spatial x C (rank 3 or 4)")
+    return _to_nchw(x_shape)
+
+
 def qconv_geometry(node, x_shape, w_shape) -> ConvGeometry:
-    if channels_last(node):
-        if len(x_shape) < 3:
-            raise shape_error(node, f"input {list(x_shape)} must be N x spatial x C (rank 3 or 4)")
-        x_shape = _to_nchw(x_shape)
-    return conv_geometry(node, x_shape, w_shape)
+    return conv_geometry(node, nchw_input(node, x_shape), w_shape)
 
 
 def conv_int(x: np.ndarray, w: np.ndarray, geo: ConvGeometry) -> np.ndarray:

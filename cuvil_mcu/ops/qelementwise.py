@@ -106,6 +106,23 @@ def qpair(node, ins, si: int, zi: int, what: str, dtype: str) -> tuple[np.float3
     return F32(s[0]), zp
 
 
+def qvariadic_params(node, ins):
+    """(dtype, (ys, yz), [(x tensor, xs, xz)]) of a quantized op with any
+    number of inputs, laid out Y_scale, Y_zero_point, then (X, X_scale,
+    X_zero_point) triples (QLinearConcat, cuvil.QSum), validated."""
+    if len(ins) < 5 or (len(ins) - 2) % 3:
+        raise shape_error(node, f"has {len(ins)} inputs; expected Y_scale, Y_zero_point, then "
+                                f"(X, X_scale, X_zero_point) triples")
+    xs = [ins[i] for i in range(2, len(ins), 3)]
+    dt = int8_input(node, xs[0], "input 0")
+    for i, t in enumerate(xs):
+        if int8_input(node, t, f"input {i}") != dt:
+            raise unsupported(node, f"input {i} '{t.name}' is {t.dtype}, input 0 '{xs[0].name}' is {dt}")
+    ys, yz = qpair(node, ins, 0, 1, "Y", dt)
+    parts = [(xs[i], *qpair(node, ins, 3 + 3 * i, 4 + 3 * i, f"input {i}", dt)) for i in range(len(xs))]
+    return dt, (ys, yz), parts
+
+
 def out_range(node, ys, yzp, dtype) -> tuple[int, int]:
     """Integer clamp of the output: the fused activation within the dtype."""
     lo, hi = quant.act_range(node.act, float(ys), int(yzp), dtype)

@@ -33,7 +33,7 @@ import numpy as np
 from .. import quant
 from .base import Op, apply_act, broadcast_shape, register, require_float, shape_error, unsupported
 from .elementwise import broadcast_strides_n
-from .qelementwise import CODES, CTYPES, int8_input, lut_index, out_range, qpair, requant_mode
+from .qelementwise import CODES, CTYPES, lut_index, out_range, qvariadic_params, requant_mode
 
 F32 = np.float32
 
@@ -92,25 +92,10 @@ class Sum(Op):
         _emit_sum(k, fn, outs[0], ins, [lo, hi])
 
 
-def _qparams(node, ins):
-    """(dtype, (ys, yz), [(x tensor, xs, xz)]) validated."""
-    if len(ins) < 5 or (len(ins) - 2) % 3:
-        raise shape_error(node, f"has {len(ins)} inputs; expected Y_scale, Y_zero_point, then "
-                                f"(X, X_scale, X_zero_point) triples")
-    xs = [ins[i] for i in range(2, len(ins), 3)]
-    dt = int8_input(node, xs[0], "input 0")
-    for i, t in enumerate(xs):
-        if int8_input(node, t, f"input {i}") != dt:
-            raise unsupported(node, f"input {i} '{t.name}' is {t.dtype}, input 0 '{xs[0].name}' is {dt}")
-    ys, yz = qpair(node, ins, 0, 1, "Y", dt)
-    parts = [(xs[i], *qpair(node, ins, 3 + 3 * i, 4 + 3 * i, f"input {i}", dt)) for i in range(len(xs))]
-    return dt, (ys, yz), parts
-
-
 def qsum_tables(node, ins):
     """(mode, tables [n, 256] in byte order (int32 or float32), output params
     (mo, eo) or None, dtype, (ys, yz), (lo, hi))."""
-    dt, (ys, yz), parts = _qparams(node, ins)
+    dt, (ys, yz), parts = qvariadic_params(node, ins)
     lo, hi = out_range(node, ys, yz, dt)
     mode = requant_mode(node)
     codes = lut_index(dt)
@@ -132,11 +117,11 @@ class QSum(Op):
     fuses_act = True
 
     def check(self, node, ins):
-        _qparams(node, ins)
+        qvariadic_params(node, ins)
         requant_mode(node)
 
     def infer(self, node, ins):
-        dt, _, parts = _qparams(node, ins)
+        dt, _, parts = qvariadic_params(node, ins)
         shapes = [t.shape for t, _, _ in parts]
         shape = broadcast_shape(node, *shapes)
         _strides(node, shapes, shape)
