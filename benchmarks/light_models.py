@@ -9,7 +9,13 @@ scale) and the share of outputs within one step, next to the noise floor
 each integer node fed onnxruntime's values of its inputs, the share of its
 outputs a step off onnxruntime's (tests/light_models.py node_by_node).
 
-    python benchmarks/light_models.py [--int8] [--hw 224] [--skip vgg19,...] [models...]
+    python benchmarks/light_models.py [--int8] [--hw 224] [--skip vgg19,...] [--bn drawn]
+                                      [--images N] [models...]
+
+--bn drawn keeps the BatchNormalization statistics as drawn instead of
+calibrated (tests/light_models.py seeded); --images N: the int8 output
+comparison over N seeded images (the worst and the share within one step
+over all of them; node by node on the first).
 
 Float error is relative to the output's largest magnitude; for the models
 that end in Softmax the logits are compared too (the first output).
@@ -41,11 +47,18 @@ def ort_run(m, feeds):
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-def c_run(c, feeds):
+def c_build(c):
     g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
-    return [o[0] for o in host.run(exe, [feeds[n][None] for n in g.inputs], c.out_specs, 1)]
+    return host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                      [g.tensors[n].nbytes for n in g.outputs])
+
+
+def c_exec(c, exe, feeds):
+    return [o[0] for o in host.run(exe, [feeds[n][None] for n in c.graph.inputs], c.out_specs, 1)]
+
+
+def c_run(c, feeds):
+    return c_exec(c, c_build(c), feeds)
 
 
 def kernels(c) -> Counter:
@@ -93,8 +106,8 @@ def seeded(name, hw, **kw):
     return m
 
 
-def float_row(name, hw):
-    m = seeded(name, hw, logits=True)
+def float_row(name, hw, bn="calibrated"):
+    m = seeded(name, hw, logits=True, **({"calibrate": False} if bn == "drawn" else {}))
     feeds = lm.image(m)
     c, why, secs = compile_timed(m)
     if c is None:
@@ -113,28 +126,32 @@ def _steps(a, b, s):
     return f"max {int(steps.max())} steps, {100.0 * np.mean(steps <= 1):.1f}% within 1"
 
 
-def int8_row(name, hw):
+def int8_row(name, hw, bn="calibrated", images=1):
     logging.disable(logging.WARNING)
-    m = lm.quantized(seeded(name, hw))
-    feeds = lm.image(m)
-    ref = ort_run(m, feeds)
+    m = lm.quantized(seeded(name, hw, **({"calibrate": False} if bn == "drawn" else {})))
+    all_feeds = [lm.image(m, seed=1 + i) for i in range(images)]
+    feeds = all_feeds[0]
+    refs = [ort_run(m, f)[0] for f in all_feeds]
+    ref = [refs[0]]
     scale = out_scales(m)[0]
     # the noise floor: onnxruntime against itself on the image plus 1e-5 noise (a few
     # input codes flip); a deep int8 network can amplify that into many output steps
     x = next(iter(feeds))
-    noisy = {x: feeds[x] + np.float32(1e-5) * np.random.default_rng(9).standard_normal(feeds[x].shape,
-                                                                                       dtype=np.float32)}
+    noise = np.float32(1e-5) * np.random.default_rng(9).standard_normal(feeds[x].shape, dtype=np.float32)
+    what = f"{images} images" if images > 1 else "the image"
     if scale is not None:
-        print(f"{name:14s} int8 noise floor: onnxruntime vs itself on a 1e-5-perturbed image: "
-              f"{_steps(ort_run(m, noisy)[0], ref[0], scale)}")
+        noisy = [ort_run(m, {x: f[x] + noise})[0] for f in all_feeds]
+        print(f"{name:14s} int8 noise floor: onnxruntime vs itself on {what} + 1e-5 noise: "
+              f"{_steps(np.stack(noisy), np.stack(refs), scale)}")
     for mode in ("fixed", "float"):
         c, why, secs = compile_timed(m, requant=mode)
         if c is None:
             print(f"{name:14s} int8 {mode:5s} no   ({why}) {secs:.0f} s")
             continue
-        got = c_run(c, feeds)
-        e2e = _steps(got[0], ref[0], scale) if scale is not None else \
-            f"max |error| {np.abs(got[0].astype(np.float64) - ref[0]).max():.3g}"
+        exe = c_build(c)
+        got = [c_exec(c, exe, f) for f in all_feeds]
+        e2e = _steps(np.stack([o[0] for o in got]), np.stack(refs), scale) if scale is not None else \
+            f"max |error| {np.abs(got[0][0].astype(np.float64) - ref[0]).max():.3g}"
         stats = lm.node_by_node(m, c.graph, feeds)
         stats.pop(None)
         nodes = "; ".join(f"{t.split('.')[-1]} x{n}: {100.0 * d / max(tot, 1):.3f}% off (max {mx})"
@@ -153,12 +170,15 @@ def main():
     ap.add_argument("--int8", action="store_true", help="also onnxruntime's QDQ model, both requant modes")
     ap.add_argument("--hw", type=int, default=None, help="input height/width (default: the model's, 224)")
     ap.add_argument("--skip", default="", help="comma-separated models to leave out")
+    ap.add_argument("--bn", choices=("calibrated", "drawn"), default="calibrated",
+                    help="BatchNormalization statistics calibrated on an image (default) or kept as drawn")
+    ap.add_argument("--images", type=int, default=1, help="int8 output comparison over this many images")
     args = ap.parse_args()
     names = args.models or [n for n in lm.available() if n not in args.skip.split(",")]
     for name in names:
-        float_row(name, args.hw)
+        float_row(name, args.hw, args.bn)
         if args.int8:
-            int8_row(name, args.hw)
+            int8_row(name, args.hw, args.bn, args.images)
         sys.stdout.flush()
 
 

@@ -111,6 +111,11 @@ class Graph:
     # value) triples; the output is planned on the input's bytes, so a
     # recurrent layer's state stays in the arena from one call to the next.
     state: list = field(default_factory=list)
+    # Where TFLM's integer rounding and ONNX's differ beyond the shared
+    # requantization (average pools: ties, the truncating mean), which one
+    # "fixed" mode follows: "tflm" for models tf2onnx wrote (converted from
+    # TensorFlow / TFLite, whose reference is TFLM), "onnx" for the rest.
+    rounding: str = "tflm"
 
     def t(self, name: str) -> Tensor:
         return self.tensors[name]

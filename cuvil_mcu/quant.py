@@ -81,6 +81,32 @@ def requantize_fixed(acc, mult, shift) -> np.ndarray:
     return rdbpot(srdhm(shifted, mult), right)
 
 
+def div_even(a, c) -> np.ndarray:
+    """a / c for integers a and c > 0, rounded half to even (ONNX's
+    QuantizeLinear rounding of an exact quotient)."""
+    a = np.asarray(a, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    q = a // c                     # floor
+    r = a - q * c
+    return q + ((2 * r > c) | ((2 * r == c) & (q % 2 == 1)))
+
+
+def requantize_single(acc, mult, shift) -> np.ndarray:
+    """acc * mult * 2^(shift - 31) rounded once, half to even, saturated to
+    int32: the int64 product of one rounding, where TFLM's
+    MultiplyByQuantizedMultiplier rounds twice (mult and shift as
+    quantize_multiplier gives them: shift in [-31, 30], so the divisor
+    2^(31 - shift) is 2^1 .. 2^62 and the product of two int32 fits)."""
+    acc = np.asarray(acc, dtype=np.int64)
+    e = 31 - np.asarray(shift, dtype=np.int64)
+    p = acc * np.asarray(mult, dtype=np.int64)
+    q = p >> e                     # numpy's >> on int64 is a floor
+    r = p - (q << e)
+    half = np.int64(1) << (e - 1)
+    q = q + ((r > half) | ((r == half) & (q % 2 == 1)))
+    return np.clip(q, INT32_MIN, INT32_MAX)
+
+
 def float_multiplier(in_scale, w_scale, out_scale) -> np.ndarray:
     """onnxruntime's per-channel float32 requant scale: (in * w) / out in float32."""
     with np.errstate(over="ignore"):

@@ -15,7 +15,8 @@ networks.
   one-step difference anywhere spreads through the layers after it.
   "float" mode equals onnxruntime on every node but rare ties in the
   convolutions' float32 rescaling; "fixed" (TFLM's double-rounding
-  multiply) is at most one step off.
+  multiply) is at most one step off, and its average pools round ties as
+  ONNX does (these are not tf2onnx models).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ logging.getLogger().setLevel(logging.ERROR)
 CASES = {
     "inception_v1": (64, "r23", {"LRN", "Concat"}),
     "resnet50": (64, "r24", {"Sum"}),
-    "densenet121": (64, "r52", {"BatchNormalization", "Concat"}),
+    "densenet121": (64, "r105", {"BatchNormalization", "Concat", "AveragePool"}),
     "shufflenet": (None, "r27", {"Sum"}),
 }
 # int8 op types each compiled QDQ graph must hold (the new integer kernels)
@@ -97,6 +98,7 @@ def test_int8_node_by_node_against_onnxruntime(model):
             assert np.array_equal(got[o], ref[o]), f"{name} {mode}: generated C differs from the reference on {o}"
         stats = lm.node_by_node(q, g, feeds)
         unmatched = stats.pop(None)
+        pool = stats.pop("com.microsoft.QLinearAveragePool", None)
         checked = sum(s[0] for s in stats.values())
         assert checked >= 4 * unmatched, f"{name} {mode}: {unmatched} integer nodes not matched, {checked} checked"
         worst = max(s[3] for s in stats.values())
@@ -104,3 +106,11 @@ def test_int8_node_by_node_against_onnxruntime(model):
         assert worst <= 1, f"{name} {mode}: a node is {worst} steps from onnxruntime ({stats})"
         limit = 1e-4 if mode == "float" else 5e-3
         assert differ <= limit * total, f"{name} {mode}: {differ} of {total} outputs one step off ({stats})"
+        # float mode's average pool is onnxruntime's fused QLinearAveragePool (the
+        # zero point added before rounding; test_qpool.py checks it bit for bit),
+        # not the literal QDQ graph this compares with
+        if mode == "fixed" and pool:
+            # ONNX's rounding (ties to even, centered; not a tf2onnx model): 5.1% of
+            # DenseNet's 2 x 2 averages off, where onnxruntime's float32 sum breaks a
+            # tie the other way; TFLM's half-up rule would put 12.9% off
+            assert pool[2] <= 0.08 * pool[1], f"{name}: average pool {pool[2]} of {pool[1]} outputs off"

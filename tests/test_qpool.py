@@ -14,7 +14,7 @@ cuvil.QMaxPool vs onnxruntime's MaxPool on the same int8/uint8 tensor: exact.
 """
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from cuvil_mcu import passes
 from cuvil_mcu.compiler import compile_model
@@ -196,7 +196,8 @@ def _hand_pool_model():
 
 
 def test_tflm_hand_computed_cases():
-    """TFLM's formulas by hand.
+    """TFLM's formulas by hand (fixed mode follows them for models tf2onnx
+    wrote: converted from TensorFlow / TFLite, whose reference is TFLM).
     AVERAGE_POOL: the sum of the raw codes, (acc + c/2)/c or (acc - c/2)/c:
       [2, 3 | -2, -3] -> 2.5 -> 3, -2.5 -> -3 (onnxruntime: 2, -2, half even);
       zero point 1, same codes: raw 5/2 -> 3 (real 1.5 -> code 2.5: half away
@@ -211,21 +212,87 @@ def test_tflm_hand_computed_cases():
       RDBPOT(SRDHM(5, 2^30), 1) = RDBPOT(3, 1) = 2 (+1 = 3; the exact 1.25
       would give 2: TFLM's double rounding) and RDBPOT(4, 1) = 2 (+1 = 3)."""
     m = _hand_pool_model()
-    feeds = {"a": np.array([2, 3, -2, -3], np.int8).reshape(1, 1, 1, 4),
-             "b": np.array([6, 7], np.int8).reshape(1, 1, 1, 2),
-             "c": np.array([-1, -2], np.int8).reshape(1, 1, 1, 2),
-             "d": np.array([1, 1, 1, 2, 1, 2, 2, 2], np.int8).reshape(1, 2, 2, 2)}
+    m.producer_name = "tf2onnx"
     expect = {"fixed": [[3, -3], [3, -3], [4, 5], [-1], [3, 3]],
               "float": [[2, -2], [2, -2], [4, 4], [-2], [2, 3]]}
-    ort = run_ort(m, feeds, optimize=True)
+    ort = run_ort(m, HAND_FEEDS, optimize=True)
+    _check_hand(m, expect)
+    for got, want in zip(ort, expect["float"]):
+        assert_exact(got, np.array(want, np.int8).reshape(got.shape), "onnxruntime on the hand-computed cases")
+
+
+def test_onnx_rounding_hand_computed_cases():
+    """Fixed mode's ONNX rounding (every model tf2onnx did not write) by
+    hand: the real average as a literal DequantizeLinear -> AveragePool ->
+    QuantizeLinear gives it, rounded once, half to even, in the centered
+    domain (QuantizeLinear rounds x / scale, then adds the zero point):
+      [2, 3 | -2, -3], zp 0: 2.5 -> 2, -2.5 -> -2;
+      zp 1, same codes: centered (1 + 2) / 2 = 1.5 -> 2 (+1 = 3),
+        (-3 - 4) / 2 = -3.5 -> -4 (+1 = -3) (TFLM 3, -3 by another road;
+        onnxruntime's fused QLinearAveragePool adds the zero point before
+        rounding: 2, -2);
+      count_include_pad, zp 2, [6, 7] with a padding tap (real 0) each side:
+        (0 + 4) / 2 = 2 (+2 = 4), (5 + 0) / 2 = 2.5 -> 2 (+2 = 4) (TFLM 4, 5).
+    MEAN, same parameters: (-1 - 2) / 2 = -1.5 -> -2 (TFLM truncates: -1).
+    MEAN with requantization (x 0.5 zp 0 -> y 0.5 zp 1, n = 4): sums 5 and 7:
+      1.25 -> 1 (+1 = 2; TFLM's double rounding: 3), 1.75 -> 2 (+1 = 3)."""
+    m = _hand_pool_model()
+    assert m.producer_name != "tf2onnx"
+    _check_hand(m, {"fixed": [[2, -2], [3, -3], [4, 4], [-2], [2, 3]],
+                    "float": [[2, -2], [2, -2], [4, 4], [-2], [2, 3]]})
+    # the same numbers from onnxruntime running the literal QDQ form of the
+    # average pools (graph optimizations off)
+    got = _literal_qdq_pools(HAND_FEEDS)
+    for name, want in (("avg", [2, -2]), ("avg_zp", [3, -3]), ("avg_pad", [4, 4]), ("mean", [-2]),
+                       ("mean_rq", [2, 3])):
+        assert_exact(got[name].reshape(-1), np.array(want, np.int8), f"onnxruntime literal QDQ {name}")
+
+
+HAND_FEEDS = {"a": np.array([2, 3, -2, -3], np.int8).reshape(1, 1, 1, 4),
+              "b": np.array([6, 7], np.int8).reshape(1, 1, 1, 2),
+              "c": np.array([-1, -2], np.int8).reshape(1, 1, 1, 2),
+              "d": np.array([1, 1, 1, 2, 1, 2, 2, 2], np.int8).reshape(1, 2, 2, 2)}
+
+
+def _literal_qdq_pools(feeds) -> dict:
+    """The hand model's pools as DequantizeLinear -> (Global)AveragePool ->
+    QuantizeLinear, run by onnxruntime with graph optimizations off."""
+    import onnxruntime as ort
+    S = {"z": (0.5, 0), "o": (0.5, 1), "t": (0.25, 2)}
+    cases = [("avg", "a", "z", "z", dict(kernel_shape=[1, 2], strides=[1, 2])),
+             ("avg_zp", "a", "o", "o", dict(kernel_shape=[1, 2], strides=[1, 2])),
+             ("avg_pad", "b", "t", "t", dict(kernel_shape=[1, 2], strides=[1, 2], pads=[0, 1, 0, 1],
+                                           count_include_pad=1)),
+             ("mean", "c", "z", "z", None), ("mean_rq", "d", "z", "o", None)]
+    nodes, inits = [], []
+    for k, (s, z) in S.items():
+        inits += [numpy_helper.from_array(np.array(s, np.float32), f"{k}_s"),
+                  numpy_helper.from_array(np.array(z, np.int8), f"{k}_z")]
+    for name, x, qi, qo, attrs in cases:
+        nodes.append(helper.make_node("DequantizeLinear", [x, f"{qi}_s", f"{qi}_z"], [f"{name}_dq"]))
+        if attrs is None:
+            nodes.append(helper.make_node("GlobalAveragePool", [f"{name}_dq"], [f"{name}_f"]))
+        else:
+            nodes.append(helper.make_node("AveragePool", [f"{name}_dq"], [f"{name}_f"], **attrs))
+        nodes.append(helper.make_node("QuantizeLinear", [f"{name}_f", f"{qo}_s", f"{qo}_z"], [name]))
+    g = helper.make_graph(nodes, "literal", [helper.make_tensor_value_info(n, TensorProto.INT8, list(v.shape))
+                                             for n, v in feeds.items()],
+                          [helper.make_tensor_value_info(c[0], TensorProto.INT8, None) for c in cases], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    outs = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return dict(zip([c[0] for c in cases], outs))
+
+
+def _check_hand(m, expect):
     for mode in ("fixed", "float"):
-        for got, c_got, want, name in zip(run_ref(m, feeds, requant=mode), run_c(m, feeds, requant=mode),
+        for got, c_got, want, name in zip(run_ref(m, HAND_FEEDS, requant=mode), run_c(m, HAND_FEEDS, requant=mode),
                                           expect[mode], [o.name for o in m.graph.output]):
             want = np.array(want, np.int8).reshape(got.shape)
             assert_exact(got, want, f"{mode} {name}")
             assert_exact(c_got, want, f"{mode} {name} (C)")
-    for got, want in zip(ort, expect["float"]):
-        assert_exact(got, np.array(want, np.int8).reshape(got.shape), "onnxruntime on the hand-computed cases")
 
 
 MAX_CASES = [
@@ -307,3 +374,35 @@ def test_models_match_tflm(name):
     assert any(n.op_type == "com.microsoft.QLinearAveragePool" for n in c.graph.nodes)
     assert_exact(out, d["expected_tflm"].reshape(out.shape), f"{name}: C (fixed) vs TFLM")
     assert lsb_diff(out, d["expected_ort"].reshape(out.shape)) <= 1
+
+
+def test_onnx_rounding_global_average_matches_literal_qdq():
+    """DenseNet-121's last pool (onnxruntime's QDQ: 7 x 7 after ReLU, x 0.0397
+    zp -128 -> y 0.00848 zp -128): fixed mode with ONNX's rounding (one
+    rounding of the real mean) against onnxruntime running DequantizeLinear
+    -> GlobalAveragePool -> QuantizeLinear as written, on 8 x 64 channels:
+    every output equal (TFLM's MEAN, double rounding, put 11% a step off),
+    in the reference and in the generated C; also with equal parameters
+    (ties half to even in the centered domain)."""
+    import onnxruntime as ort
+    rng = np.random.RandomState(4)
+    for ys, yz in ((0.008483218, -128), (0.039716974, -128)):
+        nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["d"]),
+                 helper.make_node("GlobalAveragePool", ["d"], ["p"]),
+                 helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["y"])]
+        inits = [numpy_helper.from_array(np.array(0.039716974, np.float32), "xs"),
+                 numpy_helper.from_array(np.array(-128, np.int8), "xz"),
+                 numpy_helper.from_array(np.array(ys, np.float32), "ys"),
+                 numpy_helper.from_array(np.array(yz, np.int8), "yz")]
+        g = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", TensorProto.INT8, [8, 64, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, [8, 64, 1, 1])], inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        x = np.clip(rng.exponential(30.0, (8, 64, 7, 7)) - 128, -128, 127).astype(np.int8)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0]
+        assert run_ref(m, {"x": x})[0].dtype == np.int8
+        assert_exact(run_ref(m, {"x": x})[0], want, f"reference (y scale {ys}) vs onnxruntime literal QDQ")
+        assert_exact(run_c(m, {"x": x})[0], want, f"C (y scale {ys}) vs onnxruntime literal QDQ")

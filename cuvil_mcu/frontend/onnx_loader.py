@@ -263,7 +263,8 @@ def from_model(model: onnx.ModelProto, input_shapes=None, source: str = "model")
                 notes.append(f"{kind} '{name[:40]}...': its name ({len(name.encode()):,} B) is shortened in the "
                              f"header's _NAME macro (C strings hold {limits.MAX_NAME_IN_MACRO:,} B portably)")
     g = Graph(og.name or "model", tensors, _topo_sort(nodes, set(tensors)),
-              inputs, [o.name for o in og.output], opset, notes)
+              inputs, [o.name for o in og.output], opset, notes,
+              rounding="tflm" if model.producer_name.startswith("tf2onnx") else "onnx")
     _infer(g, lambda: _onnx_types(model), reg)
     return g
 

@@ -11,7 +11,11 @@ at compile time (the kernel is a strided lookup):
   y = sat(y_zp + MBQM(x - x_zp, m, s))
 - "float" (onnxruntime: QlinearBuildLookupTable with the identity):
   y = sat(rint(x_scale * float(x - x_zp) / y_scale) + y_zp) in float32, half
-  to even. Exact against onnxruntime.
+  to even. Exact against onnxruntime. "fixed" mode with ONNX's rounding
+  (`_rounding` "onnx": a model tf2onnx did not write) builds the same table:
+  it is integer at run time, and one rounding of the real value is what a
+  literal DequantizeLinear -> Concat -> QuantizeLinear gives (TFLM's double
+  rounding put 0.44% of DenseNet-121's concatenated values a step off).
 A fused activation (passes/qdq.py may fuse Relu/Clip) clamps every input,
 copies included (they become tables when the clamp cuts the range).
 """
@@ -23,7 +27,7 @@ from .. import quant
 from .concat import concat_shape
 from .base import Op, norm_axis, register, shape_error
 from .qelementwise import CODES, CTYPES, build_lut, lut_apply, lut_index, out_range, qvariadic_params, \
-    requant_mode
+    requant_mode, rounding
 
 
 def _axis(node, ins) -> int:
@@ -37,7 +41,7 @@ def requant_table(node, dt, xs, xz, ys, yz, lo, hi) -> np.ndarray | None:
     qmin, qmax = quant.QRANGE[dt]
     if xs == ys and xz == yz and lo <= qmin and hi >= qmax:
         return None
-    if requant_mode(node) == "float":
+    if requant_mode(node) == "float" or rounding(node) == "onnx":
         return build_lut(lambda x: x, xs, xz, ys, yz, dt, lo, hi)
     m, s = quant.quantize_multiplier(float(xs) / float(ys))
     return quant.saturate(quant.requantize_fixed(lut_index(dt) - xz, m, s) + yz, dt, lo, hi)
@@ -51,6 +55,7 @@ class QLinearConcat(Op):
         qvariadic_params(node, ins)
         _axis(node, ins)
         requant_mode(node)
+        rounding(node)
 
     def infer(self, node, ins):
         dt, _, parts = qvariadic_params(node, ins)
@@ -68,7 +73,7 @@ class QLinearConcat(Op):
             qmin, qmax = quant.QRANGE[dt]
             if xs == ys and xz == yz:
                 outs.append(quant.saturate(a, dt, lo, hi))
-            elif mode == "float":
+            elif mode == "float" or rounding(node) == "onnx":
                 outs.append(lut_apply(build_lut(lambda x: x, xs, xz, ys, yz, dt, lo, hi), a).astype(dt))
             else:
                 m, s = quant.quantize_multiplier(float(xs) / float(ys))

@@ -71,6 +71,15 @@ def requant_mode(node) -> str:
     return mode
 
 
+def rounding(node) -> str:
+    """The node's "fixed"-mode rounding conventions (passes/stamp_requant.py):
+    "tflm" (models tf2onnx wrote) or "onnx" (the rest)."""
+    r = node.attrs.get("_rounding", "tflm")
+    if r not in ("tflm", "onnx"):
+        raise unsupported(node, f"_rounding={r!r}: expected 'tflm' or 'onnx'")
+    return r
+
+
 def int8_input(node, t, what: str) -> str:
     """dtype of an int8/uint8 activation input, or a clear error."""
     if t is None:

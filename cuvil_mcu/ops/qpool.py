@@ -19,26 +19,38 @@ QLinearAveragePool
 - divisor: count_include_pad=0: the taps inside the input; =1: the whole
   kernel (prod(kernel_shape), as onnxruntime's QLinearAveragePool: a tap in
   the padding, or past it in a ceil_mode window, counts as a zero).
-- "fixed", x and y with the same scale and zero point (TFLM's int8
-  AVERAGE_POOL_2D, reference_integer_ops/pooling.h): acc = sum of the raw
-  codes in the window (+ x_zp per padding tap that counts), then
+- "fixed" with TFLM's rounding (`_rounding` "tflm": models tf2onnx wrote),
+  x and y with the same scale and zero point (TFLM's int8 AVERAGE_POOL_2D,
+  reference_integer_ops/pooling.h): acc = sum of the raw codes in the window
+  (+ x_zp per padding tap that counts), then
   y = acc > 0 ? (acc + c/2) / c : (acc - c/2) / c   (C division: round half
   away from zero), clamped to the fused activation's range.
+- "fixed" with ONNX's rounding (`_rounding` "onnx": every other model; a
+  literal DequantizeLinear -> AveragePool -> QuantizeLinear rounds the real
+  average half to even), same parameters: acc = sum (x - x_zp) (a counted
+  padding tap adds 0), y = x_zp + acc / c rounded half to even. Half of a
+  2 x 2 average's values are such ties, where TFLM's rule rounds up.
 - "fixed", different parameters (no TFLM counterpart; TFLM needs equal ones):
-  acc = sum (x - x_zp); y = y_zp + MBQM(acc, M_c) with M_c = x_scale /
-  (y_scale * c) quantized per divisor c (double, quant.quantize_multiplier).
+  acc = sum (x - x_zp); y = y_zp + acc * M_c with M_c = x_scale / (y_scale
+  * c) quantized per divisor c (double, quant.quantize_multiplier), rounded
+  as MBQM (TFLM's double rounding, "tflm") or once, half to even ("onnx").
 - "float" (onnxruntime): x dequantized to float32 (x_scale * (x - x_zp)),
   summed in float32 in window order (row by row), divided by float(c), then
   rint(sum / c / y_scale + y_zp) (half even), saturated. When the kernel covers
   the whole (unpadded) input onnxruntime switches to its global average pool,
   so do we (the "float" rule of QLinearGlobalAveragePool below).
 QLinearGlobalAveragePool (n = number of spatial elements)
-- "fixed" (TFLM's int8 MEAN over the spatial axes, micro/kernels/
-  reduce_common.cc EvalIntegerMean): same scale and zero point in and out:
-  y = (sum of raw codes) / n, C division (truncates toward zero);
+- "fixed", "tflm" rounding (TFLM's int8 MEAN over the spatial axes,
+  micro/kernels/reduce_common.cc EvalIntegerMean): same scale and zero point
+  in and out: y = (sum of raw codes) / n, C division (truncates toward zero);
   otherwise (reference_ops::QuantizedMeanOrSum): (m, s) = QuantizeMultiplier(
   x_scale / y_scale); b = min(floor(log2 n), 32, 31 + s);
   m' = (m << b) / n (int64, truncating); y = MBQM(sum - x_zp * n, m', s - b) + y_zp.
+- "fixed", "onnx" rounding (the real mean rounded once, half to even):
+  same parameters: y = x_zp + (sum - x_zp * n) / n rounded half to even;
+  otherwise (m, s) = QuantizeMultiplier(x_scale / (y_scale * n)) and
+  y = y_zp + (sum - x_zp * n) * m * 2^(s - 31), one rounding, half to even
+  (int64 product; quant.requantize_single).
 - "float" (MlasQLinearGlobalAveragePoolNchw/Nhwc): scale = x_scale /
   (y_scale * float(n)) in float32; y = rint(float(sum - x_zp * n) * scale) + y_zp.
 Both then clamp to the fused activation's range and saturate.
@@ -53,7 +65,7 @@ import numpy as np
 from .. import isa, limits, quant
 from .base import Op, register, shape_error, unsupported
 from .pool import geometry, window_table
-from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, requant_mode, unary_qparams
+from .qelementwise import CODES, CTYPES, F32, int8_input, out_range, requant_mode, rounding, unary_qparams
 
 # Order of the integers of the pooling kernels' `g` array.
 QPOOL_FIELDS = ("nb", "c", "oh", "ow", "sxb", "sxc", "sxh", "sxw", "syb", "syc", "syh", "syw",
@@ -237,6 +249,7 @@ class QLinearAveragePool(Op):
     def check(self, node, ins):
         _avg_params(node, ins)
         requant_mode(node)
+        rounding(node)
         _pool_attrs_check(node)
         self._tables(node, nchw_shape(node, ins[0].shape))
 
@@ -270,18 +283,22 @@ class QLinearAveragePool(Op):
         y = np.empty(_out_nchw(tabs, xn.shape), np.int64)
         y4 = y if y.ndim == 4 else y[:, :, None, :]
         equal = xs == ys and xz == yz
+        onnx_rules = rounding(node) == "onnx"
         if mode == "fixed" and not equal:
             mult, shift = _count_multipliers(xs, ys, int(np.prod(node.attr("kernel_shape"))))
         deq = (F32(xs) * (np.arange(-128 if dt == "int8" else 0, 128 if dt == "int8" else 256) - xz)
                .astype(F32)).astype(F32)
         off = 128 if dt == "int8" else 0
         for i, j, win, taps, c in _windows(tabs, xn):
-            if mode == "fixed" and equal:
+            if mode == "fixed" and equal and onnx_rules:
+                v = quant.div_even((win - xz).sum(axis=2), c) + xz
+            elif mode == "fixed" and equal:
                 acc = win.sum(axis=2) + (c - taps) * xz
                 v = _tflm_div(acc, c)
             elif mode == "fixed":
                 acc = (win - xz).sum(axis=2)
-                v = quant.requantize_fixed(acc, int(mult[c]), int(shift[c])) + yz
+                rq = quant.requantize_single if onnx_rules else quant.requantize_fixed
+                v = rq(acc, int(mult[c]), int(shift[c])) + yz
             else:
                 s = np.zeros(win.shape[:2], F32)
                 for t in range(win.shape[2]):   # float32, in window order, as onnxruntime
@@ -306,16 +323,21 @@ class QLinearAveragePool(Op):
             _emit_gap(node, k, x, y, xs, "float", xs_, xz, ys, yz, lo, hi)
             return
         tabs = self._tables(node, xs)
-        if mode == "fixed" and xs_ == ys and xz == yz and isa.emit("qavgpool", self, node, ins, outs, k, dict(
+        equal = xs_ == ys and xz == yz
+        tflm = rounding(node) == "tflm"
+        if mode == "fixed" and equal and tflm and isa.emit("qavgpool", self, node, ins, outs, k, dict(
                 x=x, y=y, tabs=tabs, nchw=xs, channels_last=channels_last(node), xzp=xz, lo=lo, hi=hi)):
             return
-        if mode == "fixed" and xs_ == ys and xz == yz:
-            _emit_pool(node, k, x, y, tabs, xs, {"kind": "avg_tflm"}, lo, hi, xz, yz)
+        if mode == "fixed" and equal:
+            if not tflm:
+                k.kernel("requant_fixed")
+            _emit_pool(node, k, x, y, tabs, xs, {"kind": "avg_tflm" if tflm else "avg_even"}, lo, hi, xz, yz)
         elif mode == "fixed":
             k.kernel("requant_fixed")
             mult, shift = _count_multipliers(xs_, ys, int(np.prod(node.attr("kernel_shape"))))
             extra = f", {k.const(mult, f'{node.name}_mult')}, {k.const(shift, f'{node.name}_shift')}"
-            _emit_pool(node, k, x, y, tabs, xs, {"kind": "avg_fixed"}, lo, hi, xz, yz, extra)
+            _emit_pool(node, k, x, y, tabs, xs, {"kind": "avg_fixed" if tflm else "avg_single"}, lo, hi, xz, yz,
+                       extra)
         else:
             codes = np.arange(256, dtype=np.int64).astype(np.uint8)
             codes = codes.view(np.int8).astype(np.int64) if dt == "int8" else codes.astype(np.int64)
@@ -340,6 +362,11 @@ def _gap_float(acc, xz, xs, ys, yz, n: int, lo: int, hi: int, dt: str) -> np.nda
     return quant.saturate(v, dt, lo, hi)
 
 
+def single_mean_params(xs, ys, n: int) -> tuple[int, int]:
+    """(m, s) of x_scale / (y_scale * n) for quant.requantize_single."""
+    return quant.quantize_multiplier(float(xs) / (float(ys) * n))
+
+
 def _emit_gap(node, k, x, y, xs, mode, xs_, xz, ys, yz, lo, hi):
     nb, c = xs[:2]
     n = int(np.prod(xs[2:]))
@@ -353,6 +380,13 @@ def _emit_gap(node, k, x, y, xs, mode, xs_, xz, ys, yz, lo, hi):
         kind = "float"
         k.kernel("requant_float")
         extra = f", {k.f32(F32(F32(xs_) / F32(F32(ys) * F32(n))))}"
+    elif rounding(node) == "onnx":
+        k.kernel("requant_fixed")
+        if xs_ == ys and xz == yz:
+            kind = "mean_even"
+        else:
+            kind = "single"
+            mult, shift = single_mean_params(xs_, ys, n)
     elif xs_ == ys and xz == yz:
         kind = "mean"
     else:
@@ -374,6 +408,7 @@ class QLinearGlobalAveragePool(Op):
     def check(self, node, ins):
         _avg_params(node, ins)
         requant_mode(node)
+        rounding(node)
         if len(ins[0].shape) < 3:
             raise shape_error(node, f"input rank {len(ins[0].shape)} < 3 (expects N, C and spatial dims)")
         n = int(np.prod(self._nchw(node, ins[0].shape)[2:]))
@@ -401,6 +436,11 @@ class QLinearGlobalAveragePool(Op):
         acc = xn.astype(np.int64).reshape(xn.shape[0], xn.shape[1], -1).sum(axis=2)
         if requant_mode(node) == "float":
             y = _gap_float(acc, xz, xs, ys, yz, n, lo, hi, dt)
+        elif rounding(node) == "onnx" and xs == ys and xz == yz:
+            y = quant.saturate(quant.div_even(acc - xz * n, n) + xz, dt, lo, hi)
+        elif rounding(node) == "onnx":
+            m, s = single_mean_params(xs, ys, n)
+            y = quant.saturate(quant.requantize_single(acc - xz * n, m, s) + yz, dt, lo, hi)
         elif xs == ys and xz == yz:
             y = quant.saturate(np.sign(acc) * (np.abs(acc) // n), dt, lo, hi)   # C division
         else:

@@ -236,7 +236,7 @@ def rewrite(g: Graph, c: Choice) -> Graph:
     node = Node(g.fresh_node_name(f"tiled_{inner[0].name}"), OP_TYPE, [inner[0].inputs[0]] + consts, [y.name],
                 {"_region": reg})
     out = Graph(g.name, dict(g.tensors), g.nodes[:c.start] + [node] + g.nodes[c.end + 1:], list(g.inputs),
-                list(g.outputs), g.opset, list(g.notes), g.requant, list(g.state))
+                list(g.outputs), g.opset, list(g.notes), g.requant, list(g.state), g.rounding)
     for attr in ("preserve_inputs",):
         if hasattr(g, attr):
             setattr(out, attr, getattr(g, attr))
