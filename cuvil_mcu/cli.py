@@ -35,7 +35,8 @@ def _compile(args):
     from .frontend import parse_input_shapes
     return compile_model(args.model, board=args.board, name=args.name,
                          input_shapes=parse_input_shapes(args.input_shape), algorithm=args.planner,
-                         requant=args.requant, quantize=args.quantize, calibration=args.calibration,
+                         requant=args.requant, rounding=getattr(args, "rounding", "auto"),
+                         quantize=args.quantize, calibration=args.calibration,
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
                          weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
                          precision=args.precision, stream=args.stream,
@@ -382,6 +383,11 @@ def _common(p):
     p.add_argument("--requant", choices=("fixed", "float"),
                    help="int8 requantization: fixed (integer multiplier + shift, TFLM arithmetic, no FPU "
                         "needed) or float (float32 scale, onnxruntime's arithmetic); default: the board's")
+    p.add_argument("--rounding", choices=("auto", "tflm", "onnx"), default="auto",
+                   help="where TFLM's and ONNX's integer rounding part (average pools, global averages, "
+                        "requantizing Concat inputs), which fixed mode follows: tflm (bit-exact with TFLM) or "
+                        "onnx (a literal QDQ graph's); auto (default): tflm for models tf2onnx wrote, onnx for "
+                        "the rest")
     p.add_argument("--quantize", choices=("int8",),
                    help="post-training quantization of a float model (needs --calibration)")
     p.add_argument("--calibration", metavar="FILE.npz",

@@ -254,7 +254,8 @@ def check_name(name: str) -> str:
 
 def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str = "model",
                   input_shapes: dict | None = None, algorithm: str = "auto",
-                  verify_each: bool = False, requant: str | None = None, quantize: str | None = None,
+                  verify_each: bool = False, requant: str | None = None, rounding: str = "auto",
+                  quantize: str | None = None,
                   calibration: str | dict | None = None, calibrate: str = "minmax",
                   percentile: float = 99.99, io: str = "model", weights: str = "inline",
                   opt_level: int = 3, precision: str | None = None,
@@ -279,6 +280,10 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     if requant not in ("fixed", "float"):
         raise CuvilError(f"--requant '{requant}': choose fixed (integer multiplier + shift) or float (float32 scale)")
     g.requant = requant
+    if rounding not in ("auto", "tflm", "onnx"):
+        raise CuvilError(f"--rounding '{rounding}': choose auto, tflm or onnx")
+    if rounding != "auto":
+        g.rounding = rounding
     if opt_level not in OPT_LEVELS:
         raise CuvilError(f"-O{opt_level}: choose 0, 1, 2 or 3")
     g = passes.optimize(g, verify_each=verify_each, level=opt_level)

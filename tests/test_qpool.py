@@ -286,9 +286,24 @@ def _literal_qdq_pools(feeds) -> dict:
     return dict(zip([c[0] for c in cases], outs))
 
 
-def _check_hand(m, expect):
-    for mode in ("fixed", "float"):
-        for got, c_got, want, name in zip(run_ref(m, HAND_FEEDS, requant=mode), run_c(m, HAND_FEEDS, requant=mode),
+def test_rounding_option_overrides_the_origin():
+    """--rounding tflm / onnx picks the rules whatever wrote the model (the
+    hand-computed values above), and gen says when fixed mode rounds as ONNX."""
+    m = _hand_pool_model()
+    _check_hand(m, {"fixed": [[3, -3], [3, -3], [4, 5], [-1], [3, 3]]}, rounding="tflm")
+    m.producer_name = "tf2onnx"
+    _check_hand(m, {"fixed": [[2, -2], [3, -3], [4, 4], [-2], [2, 3]]}, rounding="onnx")
+    assert not [n for n in compile_model(m).graph.notes if "literal QDQ" in n]
+    notes = [n for n in compile_model(m, rounding="onnx").graph.notes if "literal QDQ" in n]
+    assert len(notes) == 1 and notes[0].startswith("5 average pool"), notes
+    with pytest.raises(CuvilError, match="--rounding 'even'"):
+        compile_model(m, rounding="even")
+
+
+def _check_hand(m, expect, **kw):
+    for mode in expect:
+        for got, c_got, want, name in zip(run_ref(m, HAND_FEEDS, requant=mode, **kw),
+                                          run_c(m, HAND_FEEDS, requant=mode, **kw),
                                           expect[mode], [o.name for o in m.graph.output]):
             want = np.array(want, np.int8).reshape(got.shape)
             assert_exact(got, want, f"{mode} {name}")
