@@ -232,16 +232,16 @@ def unpack_record(rec):
     return (r0 >> 2) & ~1, (r1 & (2 ** 30 - 1)) | 2 ** 30, (r0 & 7) + 8 * (r1 >> 30)
 
 
-def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs) -> list[dict]:
-    """What the template prints for one pass of NP outputs in phase ph, per
+def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int = NP) -> list[dict]:
+    """What the template prints for one pass of np_ outputs in phase ph, per
     column the pass reads (columns no output reads are left out): loads
     [(type, name, word offset from pc)] (a two-word struct = LDRD, or one
     word) and MACs [(accumulator, intrinsic, data, weight word)]."""
     g_n = (kh + ph + 1) // 2
     data = [f"d{g - g % 2}.{'lo' if g % 2 == 0 else 'hi'}" if g < g_n - g_n % 2 else f"d{g}_" for g in range(g_n)]
     cols = []
-    for col in range((NP - 1) * sw + kw):
-        users = [(o, col - o * sw) for o in range(NP) if 0 <= col - o * sw < kw]
+    for col in range((np_ - 1) * sw + kw):
+        users = [(o, col - o * sw) for o in range(np_) if 0 <= col - o * sw < kw]
         if not users:
             continue
         loads = [("w2", f"d{g}", col * kp + g) for g in range(0, g_n - 1, 2)]
@@ -282,6 +282,8 @@ def _band(kh: int, sh: int, kp: int, oh: int):
     return None
 
 
+UNROLL_MAX = 12           # most outputs per line whose passes are all unrolled (code per line)
+CHUNK = 8                 # longer lines: a loop over chunks of this many outputs (even), then the rest
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
 ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always" where it applies, "never")
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
@@ -431,12 +433,19 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     k.kernel("intrin_dw_dsp")
     rq = "s" if lo == -128 and hi == 127 else "c"
     name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
+    # short lines: ow and cout literals, every pass of a line at immediate offsets (no
+    # pass loop, no recomputed output for an odd count; one kernel per width and stride)
+    unroll, chunk = ow, (0 if ow <= UNROLL_MAX else CHUNK)
+    if unroll:
+        name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
-                               "np": NP, "nk_extra": nk_extra, "plane": plane,
+                               "np": NP, "nk_extra": nk_extra, "plane": plane, "unroll": unroll,
+                               "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
-                                               g=(kh + ph + 1) // 2, cols=pass_code(kh, kw, sw, kp, ph, mcs))
+                                               g=(kh + ph + 1) // 2, cols=pass_code(kh, kw, sw, kp, ph, mcs),
+                                               cols1=pass_code(kh, kw, sw, kp, ph, mcs, 1))
                                           for ph, (wds, mcs, ew) in enumerate(phases)],
                                "fields": FIELDS})
     taps = np.zeros((c, kh * kw), np.int64)
