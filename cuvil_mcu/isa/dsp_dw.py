@@ -13,10 +13,15 @@ pair of one column is one SMLAD against a weight word (w[i][j], w[i+1][j]),
 a row alone (the last when kh is odd) one SMLAxy against a half of a word of
 packed singles. Lines starting on an odd row ("phase 1", stride 1) start on
 the high half of a word: other weight words, their own inner loop. Each
-pass computes 2 outputs of one line, loading each column once for both;
-the line's weight words (built from the flash taps per line), bias,
-multiplier and nudge stay in registers along the line. An odd output count
-ends with a pass over the last two outputs (the first recomputed).
+pass computes 2 outputs of one line, loading each column once for both.
+Per channel and phase the weight words are built once (from the flash
+taps) and stay in registers, with bias, multiplier and nudge, over every
+line of that phase (lines l = phase, phase + 2, ...). The output count
+ow and the output stride are literals: a line's passes are unrolled at
+immediate offsets (no pass loop, no end pointer: VWW 6x6x128 3.58 -> 2.97
+est. cycles/MAC), lines of more than UNROLL_MAX outputs loop over chunks
+of CHUNK outputs (bounded code: +3.5 KB for VWW's kernels) and an odd
+count ends with a one-output pass.
 
 Three buffer layouts (emit chooses; the read/write order is declared for
 each, planner/windows.py): row bands of lb lines with 4 channels' planes
@@ -48,11 +53,11 @@ Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
 a column 2 bytes apart), 3 bytes of padding after the last channel; per
-line the kernel builds its weight words from them (recipes): one unaligned
+channel and phase the kernel builds its weight words from them (recipes): one unaligned
 LDR + SXTB16 [ror 8] + SADD16 (doubling, exact) per word of two taps 2
 bytes apart, LDRSB / LSL / LDRSB / PKHBT lsl 17 for other pairs, PKHBT lsl
-17 of e and one tap for the e word (3x3: 12 instructions per phase-0 line,
-15 per phase-1 line, was ~8 from int16 taps). The record (record()) is 2
+17 of e and one tap for the e word (3x3: 12 instructions for phase 0, 15
+for phase 1, was ~8 from int16 taps). The record (record()) is 2
 words: folded bias 2^3 + (e & 7) and mult - 2^30 + (e >> 3) 2^30 (mult's
 bit 30 is always set, bit 31 clear), so |folded bias| < 2^28 is required
 (else emit returns False); the nudge (2 yzp + 1) 2^(e-1) is derived per
@@ -61,12 +66,11 @@ channel from n1 = 2 yzp + 1 in the geo table. Decoding the record costs
 KP, clamp kind). On an386 (vs the int16 taps / 16-byte records): flash
 -17 B per 3x3 channel (VWW -20.7 KB), +0.3-0.5 % instructions per model.
 
-Cost on mps2-an386 (instructions / MAC, 3x3): a pass of 2 outputs is 28-29
-instructions (4 LDRD, 12 SMLAxy, 2 x (SMMLAR, ASR, SSAT, STRB), pointers,
-loop); conversion ~1.75 per input element and band; ~35 per line. KWS
-25x5x64 2.22 (was 4.29), VWW 48x48 2.05, 24x24 2.19, 12x12 2.49, 6x6 3.05,
-stride 2: 3.0-4.0; 3x3 outputs with 256 channels are worse than the older
-kernel (5.6-6.1 vs 4.3-5.2: per-line costs over 3 outputs).
+Cost on mps2-an386 (3x3, estimated cycles / MAC, sim/cycles.py): a pass
+of 2 outputs is ~33 cycles (4 LDRD, 12 SMLAxy, 2 x (SMMLAR, ASR, SSAT,
+STRB)); conversion ~2 per input element and band. VWW 48x48x8 2.36,
+24x24x32 2.48, 12x12x64 2.41, 6x6x128 2.97, 3x3x256 4.22, stride 2:
+3.75-4.91 (the older kernels: 5.4-6.2).
 
 Handled: NHWC int8 in / out, the "fast" fixed-point requantization of
 isa.dsp (|acc| < 2^30, right shifts 1..31, |nudge| < 2^30) with mult >=
@@ -433,14 +437,14 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     k.kernel("intrin_dw_dsp")
     rq = "s" if lo == -128 and hi == 127 else "c"
     name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
-    # short lines: ow and cout literals, every pass of a line at immediate offsets (no
-    # pass loop, no recomputed output for an odd count; one kernel per width and stride)
-    unroll, chunk = ow, (0 if ow <= UNROLL_MAX else CHUNK)
-    if unroll:
-        name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}_kp{kp}")
+    # ow and cout literals: the passes of a line at immediate offsets (lines up to
+    # UNROLL_MAX outputs unrolled whole, longer ones loop over chunks of CHUNK);
+    # one kernel per width and output stride
+    chunk = 0 if ow <= UNROLL_MAX else CHUNK
+    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
-                               "np": NP, "nk_extra": nk_extra, "plane": plane, "unroll": unroll,
+                               "np": NP, "nk_extra": nk_extra, "plane": plane, "unroll": ow,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
