@@ -12,16 +12,18 @@ and SXTB16 / SXTB16 ror 8. A kh x kw window whose first row R0 is even
 pair of one column is one SMLAD against a weight word (w[i][j], w[i+1][j]),
 a row alone (the last when kh is odd) one SMLAxy against a half of a word of
 packed singles. Lines starting on an odd row ("phase 1", stride 1) start on
-the high half of a word: other weight words, their own inner loop. Each
-pass computes 2 outputs of one line, loading each column once for both.
+the high half of a word: other weight words, their own inner loop.
 Per channel and phase the weight words are built once (from the flash
 taps) and stay in registers, with bias, multiplier and nudge, over every
 line of that phase (lines l = phase, phase + 2, ...). The output count
-ow and the output stride are literals: a line's passes are unrolled at
-immediate offsets (no pass loop, no end pointer: VWW 6x6x128 3.58 -> 2.97
-est. cycles/MAC), lines of more than UNROLL_MAX outputs loop over chunks
-of CHUNK outputs (bounded code: +3.5 KB for VWW's kernels) and an odd
-count ends with a one-output pass.
+ow and the output stride are literals: a line runs column by column at
+immediate offsets, each column's words loaded once (one LDRD) and
+multiplied into every output reading it, an output requantized and
+stored right after its last column, so about kw / sw accumulators are
+live (no spills with 3x3: per output one LDRD, 6 SMLAxy, SMMLAR, ASR,
+SSAT, STRB). Lines of more than UNROLL_MAX outputs loop over chunks of
+CHUNK outputs (each chunk reloads the kw - sw columns it shares with
+the next; bounded code: +4 KB for VWW's kernels).
 
 Three buffer layouts (emit chooses; the read/write order is declared for
 each, planner/windows.py): row bands of lb lines with 4 channels' planes
@@ -66,11 +68,10 @@ channel from n1 = 2 yzp + 1 in the geo table. Decoding the record costs
 KP, clamp kind). On an386 (vs the int16 taps / 16-byte records): flash
 -17 B per 3x3 channel (VWW -20.7 KB), +0.3-0.5 % instructions per model.
 
-Cost on mps2-an386 (3x3, estimated cycles / MAC, sim/cycles.py): a pass
-of 2 outputs is ~33 cycles (4 LDRD, 12 SMLAxy, 2 x (SMMLAR, ASR, SSAT,
-STRB)); conversion ~2 per input element and band. VWW 48x48x8 2.36,
-24x24x32 2.48, 12x12x64 2.41, 6x6x128 2.97, 3x3x256 4.22, stride 2:
-3.75-4.91 (the older kernels: 5.4-6.2).
+Cost on mps2-an386 (3x3, estimated cycles / MAC, sim/cycles.py): ~13
+cycles per output (1.45 / MAC) along a line; conversion ~2 per input
+element and band. VWW 48x48x8 2.10, 24x24x32 2.28, 12x12x64 2.14, 6x6x128
+2.73, 3x3x256 3.96, stride 2: 3.6-4.6 (the older kernels: 5.4-6.2).
 
 Handled: NHWC int8 in / out, the "fast" fixed-point requantization of
 isa.dsp (|acc| < 2^30, right shifts 1..31, |nudge| < 2^30) with mult >=
@@ -88,7 +89,7 @@ from ..planner import windows
 
 BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
 PLANE_STEP = 4           # plane sizes (words) rounded up to this: few kernel variants (flash)
-NP = 2                    # outputs per pass
+NP = 2                    # fewest outputs per line
 KPS = (5, 4)              # pair-rows per buffer column, by preference
 KPS_INPLACE = (3, 4, 5)   # written over its input: the planes live beside the whole tensor, smallest first
 FIELDS = ("nb", "rows", "c", "nl_all", "ow", "pt", "lf", "nc", "rf", "rin", "cin", "rout", "cout", "bin",
@@ -236,11 +237,14 @@ def unpack_record(rec):
     return (r0 >> 2) & ~1, (r1 & (2 ** 30 - 1)) | 2 ** 30, (r0 & 7) + 8 * (r1 >> 30)
 
 
-def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int = NP) -> list[dict]:
-    """What the template prints for one pass of np_ outputs in phase ph, per
+def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int) -> list[dict]:
+    """What the template prints for np_ consecutive outputs of a line in phase ph, per
     column the pass reads (columns no output reads are left out): loads
     [(type, name, word offset from pc)] (a two-word struct = LDRD, or one
-    word) and MACs [(accumulator, intrinsic, data, weight word)]."""
+    word), MACs [(accumulator, intrinsic, data, weight word)] and done:
+    the outputs whose last column this is (stored right after it, so only
+    about kw / sw accumulators are live at a time and each column is loaded
+    once for every output of the pass)."""
     g_n = (kh + ph + 1) // 2
     data = [f"d{g - g % 2}.{'lo' if g % 2 == 0 else 'hi'}" if g < g_n - g_n % 2 else f"d{g}_" for g in range(g_n)]
     cols = []
@@ -256,7 +260,8 @@ def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int = NP) 
             for g, (op, wi, dh, wh) in enumerate(macs[j]):
                 fn = "smlad" if op == "pair" else f"dw_smla{dh}{wh}"
                 ops.append((f"a{o}", fn, data[g], f"w{wi}"))
-        cols.append(dict(loads=loads, macs=ops))
+        done = [o for o, j in users if j == kw - 1]
+        cols.append(dict(loads=loads, macs=ops, done=done))
     return cols
 
 
@@ -286,8 +291,8 @@ def _band(kh: int, sh: int, kp: int, oh: int):
     return None
 
 
-UNROLL_MAX = 12           # most outputs per line whose passes are all unrolled (code per line)
-CHUNK = 8                 # longer lines: a loop over chunks of this many outputs (even), then the rest
+UNROLL_MAX = 12           # most outputs per line run as one unrolled sequence (code per line)
+CHUNK = 12                # longer lines: a loop over chunks of this many outputs (even), then the rest
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
 ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always" where it applies, "never")
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
@@ -444,12 +449,14 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
-                               "np": NP, "nk_extra": nk_extra, "plane": plane, "unroll": ow,
+                               "nk_extra": nk_extra, "plane": plane, "unroll": ow,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
-                                               g=(kh + ph + 1) // 2, cols=pass_code(kh, kw, sw, kp, ph, mcs),
-                                               cols1=pass_code(kh, kw, sw, kp, ph, mcs, 1))
+                                               g=(kh + ph + 1) // 2,
+                                               chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
+                                               rest=pass_code(kh, kw, sw, kp, ph, mcs, ow % chunk if chunk else ow)
+                                               if (ow % chunk if chunk else ow) else [])
                                           for ph, (wds, mcs, ew) in enumerate(phases)],
                                "fields": FIELDS})
     taps = np.zeros((c, kh * kw), np.int64)
