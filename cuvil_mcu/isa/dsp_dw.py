@@ -450,10 +450,13 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # one band of few outputs (MobileNets' 6x6 and 3x3): the lines unrolled too (no line
     # loop and its spills: VWW 6x6x128 2.50 -> 2.34, 3x3x256 3.96 -> 3.68 est. cycles/MAC)
     lines = lb if lb == oh and oh * ow <= LINES_MAX else 0
-    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{f'l{lines}' if lines else ''}_kp{kp}")
+    # the input's column stride a literal too where it is not the output's (transposed)
+    cin_tag = f"i{cl_in[1]}" if cl_in[1] != cl_out[1] else ""
+    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
+                               "cin": 0 if take_one else cl_in[1],
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
