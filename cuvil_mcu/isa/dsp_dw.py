@@ -23,7 +23,8 @@ stored right after its last column, so about kw / sw accumulators are
 live (no spills with 3x3: per output one LDRD, 6 SMLAxy, SMMLAR, ASR,
 SSAT, STRB). Lines of more than UNROLL_MAX outputs loop over chunks of
 CHUNK outputs (each chunk reloads the kw - sw columns it shares with
-the next; bounded code: +4 KB for VWW's kernels).
+the next). Code: the depthwise kernels of VWW 8.3 -> 17.2 KB of .text
+(+3.1 % of its flash), MobileNetV2 9.2 -> 20.4 KB (+2.1 %), KWS 0.9 -> 2.0 KB.
 
 Three buffer layouts (emit chooses; the read/write order is declared for
 each, planner/windows.py): row bands of lb lines with 4 channels' planes
