@@ -56,8 +56,9 @@ LAYERS = [
 
 def _kernels(header: str) -> set[str]:
     """The depthwise kernels of a header, without the plane size suffix
-    (_pl<words>: the arena scratch per layer)."""
-    return {re.sub(r"_pl\d+$", "", k) for k in re.findall(r"model__(qdw\w*?)\(", header)}
+    (_pl<words>: the arena scratch per layer) and the unrolled lines' width
+    and output strides (_u<ow>x<cout>[i<cin>][l<lines>])."""
+    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _check(layers, seed, requant="fixed"):
@@ -425,3 +426,51 @@ def test_extreme_taps_and_every_shift_on_qemu(board, monkeypatch):
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
     _assert_exact(g, r.outputs, feeds)
+
+
+# the unrolled forms of qdw2_dsp (literal widths and strides): lines of one band
+# unrolled (6x6, 3x3, a lone phase-1 line), lines looping over chunks of
+# dsp_dw.CHUNK outputs with and without an odd rest, the 4-column conversion
+# with a literal input stride (stride 2, an odd column count, transposed), a
+# 5x5 kernel; odd channel counts and C % 4 == 2 go to the older kernels
+UNROLLED = [
+    dw(16, 6, 6, (3, 3), pads=(1, 1, 1, 1)),
+    dw(8, 3, 3, (3, 3), pads=(1, 1, 1, 1)),
+    dw(12, 6, 6, (3, 3), (2, 2), (0, 0, 1, 1)),
+    dw(8, 10, 48, (3, 3), pads=(1, 1, 1, 1)),
+    dw(4, 5, 27, (3, 3), pads=(1, 1, 1, 1)),
+    dw(8, 12, 13, (3, 3), (2, 2), (1, 1, 1, 1)),
+    dw(8, 11, 2, (3, 2), pads=(1, 0, 1, 0)),
+    dw(8, 9, 9, (5, 5), pads=(2, 2, 2, 2)),
+    dw(6, 6, 6, (3, 3), pads=(1, 1, 1, 1)),
+    dw(5, 7, 7, (3, 3), (2, 2), (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_unrolled_forms_on_an386(monkeypatch):
+    """Random layers in every unrolled form on the M4 (QEMU mps2-an386), in
+    row bands (the one-channel planes are tested above), half of them with a
+    fused Relu (the "z" kernels), bit-exact with the numpy reference."""
+    from cuvil_mcu.sim import qemu
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)     # one band for the 6x6 layer
+    assert dsp_dw.CHUNK < 27 < 2 * dsp_dw.CHUNK + 4 and 48 % dsp_dw.CHUNK == 0 and 36 <= dsp_dw.LINES_MAX
+    model, feeds = build(UNROLLED, seed=41)
+    c = compile_model(model, board=BOARD)
+    relu = {n.name for n in c.graph.nodes[::2]}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    g = c.graph
+    names = set(re.findall(r"model__(qdw2_dsp\w*?)\(", c.header))
+    assert any(re.search(r"_u6x16l6_", k) for k in names), names           # 6x6: lines unrolled
+    assert any(re.search(r"_u3x8l3_", k) for k in names), names            # one phase-1 line
+    assert any(re.search(r"_u11x8i16", k) for k in names), names           # transposed: literal input stride
+    assert any(k.startswith("qdw2_dsp_z") for k in names) and any(k.startswith("qdw2_dsp_n") for k in names)
+    assert re.search(r"for \(; pc != pe; pc \+= \d+", c.header)         # lines looping over chunks
+    calls = [ln for ln in c.header.splitlines() if re.match(r"\s*model__qdw", ln)]
+    assert sum("qdw2_dsp" in ln for ln in calls) == len(UNROLLED) - 2, calls
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, BOARD)
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+        assert np.unique(ref[name]).size >= 4, name

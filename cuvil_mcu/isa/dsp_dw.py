@@ -12,11 +12,19 @@ and SXTB16 / SXTB16 ror 8. A kh x kw window whose first row R0 is even
 pair of one column is one SMLAD against a weight word (w[i][j], w[i+1][j]),
 a row alone (the last when kh is odd) one SMLAxy against a half of a word of
 packed singles. Lines starting on an odd row ("phase 1", stride 1) start on
-the high half of a word: other weight words, their own inner loop. Each
-pass computes 2 outputs of one line, loading each column once for both;
-the line's weight words (built from the flash taps per line), bias,
-multiplier and nudge stay in registers along the line. An odd output count
-ends with a pass over the last two outputs (the first recomputed).
+the high half of a word: other weight words, their own inner loop.
+Per channel and phase the weight words are built once (from the flash
+taps) and stay in registers, with bias, multiplier and nudge, over every
+line of that phase (lines l = phase, phase + 2, ...). The output count
+ow and the output stride are literals: a line runs column by column at
+immediate offsets, each column's words loaded once (one LDRD) and
+multiplied into every output reading it, an output requantized and
+stored right after its last column, so about kw / sw accumulators are
+live (no spills with 3x3: per output one LDRD, 6 SMLAxy, SMMLAR, ASR,
+SSAT, STRB). Lines of more than UNROLL_MAX outputs loop over chunks of
+CHUNK outputs (each chunk reloads the kw - sw columns it shares with
+the next). Code: the depthwise kernels of VWW 8.3 -> 17.2 KB of .text
+(+3.1 % of its flash), MobileNetV2 9.2 -> 20.4 KB (+2.1 %), KWS 0.9 -> 2.0 KB.
 
 Three buffer layouts (emit chooses; the read/write order is declared for
 each, planner/windows.py): row bands of lb lines with 4 channels' planes
@@ -48,11 +56,11 @@ Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
 a column 2 bytes apart), 3 bytes of padding after the last channel; per
-line the kernel builds its weight words from them (recipes): one unaligned
+channel and phase the kernel builds its weight words from them (recipes): one unaligned
 LDR + SXTB16 [ror 8] + SADD16 (doubling, exact) per word of two taps 2
 bytes apart, LDRSB / LSL / LDRSB / PKHBT lsl 17 for other pairs, PKHBT lsl
-17 of e and one tap for the e word (3x3: 12 instructions per phase-0 line,
-15 per phase-1 line, was ~8 from int16 taps). The record (record()) is 2
+17 of e and one tap for the e word (3x3: 12 instructions for phase 0, 15
+for phase 1, was ~8 from int16 taps). The record (record()) is 2
 words: folded bias 2^3 + (e & 7) and mult - 2^30 + (e >> 3) 2^30 (mult's
 bit 30 is always set, bit 31 clear), so |folded bias| < 2^28 is required
 (else emit returns False); the nudge (2 yzp + 1) 2^(e-1) is derived per
@@ -61,12 +69,10 @@ channel from n1 = 2 yzp + 1 in the geo table. Decoding the record costs
 KP, clamp kind). On an386 (vs the int16 taps / 16-byte records): flash
 -17 B per 3x3 channel (VWW -20.7 KB), +0.3-0.5 % instructions per model.
 
-Cost on mps2-an386 (instructions / MAC, 3x3): a pass of 2 outputs is 28-29
-instructions (4 LDRD, 12 SMLAxy, 2 x (SMMLAR, ASR, SSAT, STRB), pointers,
-loop); conversion ~1.75 per input element and band; ~35 per line. KWS
-25x5x64 2.22 (was 4.29), VWW 48x48 2.05, 24x24 2.19, 12x12 2.49, 6x6 3.05,
-stride 2: 3.0-4.0; 3x3 outputs with 256 channels are worse than the older
-kernel (5.6-6.1 vs 4.3-5.2: per-line costs over 3 outputs).
+Cost on mps2-an386 (3x3, estimated cycles / MAC, sim/cycles.py): ~13
+cycles per output (1.45 / MAC) along a line; conversion ~2 per input
+element and band. VWW 48x48x8 2.10, 24x24x32 2.28, 12x12x64 2.14, 6x6x128
+2.73, 3x3x256 3.96, stride 2: 3.6-4.6 (the older kernels: 5.4-6.2).
 
 Handled: NHWC int8 in / out, the "fast" fixed-point requantization of
 isa.dsp (|acc| < 2^30, right shifts 1..31, |nudge| < 2^30) with mult >=
@@ -84,7 +90,7 @@ from ..planner import windows
 
 BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
 PLANE_STEP = 4           # plane sizes (words) rounded up to this: few kernel variants (flash)
-NP = 2                    # outputs per pass
+NP = 2                    # fewest outputs per line
 KPS = (5, 4)              # pair-rows per buffer column, by preference
 KPS_INPLACE = (3, 4, 5)   # written over its input: the planes live beside the whole tensor, smallest first
 FIELDS = ("nb", "rows", "c", "nl_all", "ow", "pt", "lf", "nc", "rf", "rin", "cin", "rout", "cout", "bin",
@@ -232,16 +238,19 @@ def unpack_record(rec):
     return (r0 >> 2) & ~1, (r1 & (2 ** 30 - 1)) | 2 ** 30, (r0 & 7) + 8 * (r1 >> 30)
 
 
-def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs) -> list[dict]:
-    """What the template prints for one pass of NP outputs in phase ph, per
+def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int) -> list[dict]:
+    """What the template prints for np_ consecutive outputs of a line in phase ph, per
     column the pass reads (columns no output reads are left out): loads
     [(type, name, word offset from pc)] (a two-word struct = LDRD, or one
-    word) and MACs [(accumulator, intrinsic, data, weight word)]."""
+    word), MACs [(accumulator, intrinsic, data, weight word)] and done:
+    the outputs whose last column this is (stored right after it, so only
+    about kw / sw accumulators are live at a time and each column is loaded
+    once for every output of the pass)."""
     g_n = (kh + ph + 1) // 2
     data = [f"d{g - g % 2}.{'lo' if g % 2 == 0 else 'hi'}" if g < g_n - g_n % 2 else f"d{g}_" for g in range(g_n)]
     cols = []
-    for col in range((NP - 1) * sw + kw):
-        users = [(o, col - o * sw) for o in range(NP) if 0 <= col - o * sw < kw]
+    for col in range((np_ - 1) * sw + kw):
+        users = [(o, col - o * sw) for o in range(np_) if 0 <= col - o * sw < kw]
         if not users:
             continue
         loads = [("w2", f"d{g}", col * kp + g) for g in range(0, g_n - 1, 2)]
@@ -252,7 +261,8 @@ def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs) -> list[dict]:
             for g, (op, wi, dh, wh) in enumerate(macs[j]):
                 fn = "smlad" if op == "pair" else f"dw_smla{dh}{wh}"
                 ops.append((f"a{o}", fn, data[g], f"w{wi}"))
-        cols.append(dict(loads=loads, macs=ops))
+        done = [o for o, j in users if j == kw - 1]
+        cols.append(dict(loads=loads, macs=ops, done=done))
     return cols
 
 
@@ -282,6 +292,9 @@ def _band(kh: int, sh: int, kp: int, oh: int):
     return None
 
 
+UNROLL_MAX = 12           # most outputs per line run as one unrolled sequence (code per line)
+LINES_MAX = 36            # most outputs per channel of a one-band layer whose lines are unrolled too
+CHUNK = 12                # longer lines: a loop over chunks of this many outputs (even), then the rest
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
 ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always" where it applies, "never")
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
@@ -431,12 +444,27 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     k.kernel("intrin_dw_dsp")
     rq = "s" if lo == -128 and hi == 127 else "c"
     name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
+    # ow and cout literals: the passes of a line at immediate offsets (lines up to
+    # UNROLL_MAX outputs unrolled whole, longer ones loop over chunks of CHUNK);
+    # one kernel per width and output stride
+    chunk = 0 if ow <= UNROLL_MAX else CHUNK
+    # one band of few outputs (MobileNets' 6x6 and 3x3): the lines unrolled too (no line
+    # loop and its spills: VWW 6x6x128 2.50 -> 2.34, 3x3x256 3.96 -> 3.68 est. cycles/MAC)
+    lines = lb if lb == oh and oh * ow <= LINES_MAX else 0
+    # the input's column stride a literal too where it is not the output's (transposed)
+    cin_tag = f"i{cl_in[1]}" if cl_in[1] != cl_out[1] else ""
+    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
-                               "np": NP, "nk_extra": nk_extra, "plane": plane,
+                               "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
+                               "cin": cl_in[1],
+                               "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
-                                               g=(kh + ph + 1) // 2, cols=pass_code(kh, kw, sw, kp, ph, mcs))
+                                               g=(kh + ph + 1) // 2,
+                                               chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
+                                               rest=pass_code(kh, kw, sw, kp, ph, mcs, ow % chunk if chunk else ow)
+                                               if (ow % chunk if chunk else ow) else [])
                                           for ph, (wds, mcs, ew) in enumerate(phases)],
                                "fields": FIELDS})
     taps = np.zeros((c, kh * kw), np.int64)
