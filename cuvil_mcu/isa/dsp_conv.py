@@ -76,6 +76,7 @@ NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one 
 # Most bytes of the split activations of two pixels (arena scratch; the
 # portable kernel, 5x slower, is the alternative, so no room is asked for).
 MAX_XE = 4096
+USE_PW = True
 
 
 def requant_fast2(acc, mult, e, zp) -> np.ndarray:
@@ -308,6 +309,8 @@ def emit(node, x, w, outs, k, p) -> bool:
     corr = nat and int(p.rq.lo) < int(p.rq.zp)
     # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
     nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
+    if nat and pw and sh == sw == 1 and USE_PW:
+        return emit_pw(node, x, outs, k, p, wpad, pairs, folded, mult, corr, nkp, xe, vals, rev)
     name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
         + (f"_g{kh}x{kw * c}" + "a" * gs if plan else "_pw" if pw else "") + ("_rev" if rev else "")
     # the block loop in assembly: one naked function per kind, shared by the kernels (flash)
@@ -327,4 +330,46 @@ def emit(node, x, w, outs, k, p) -> bool:
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_dsp: pixel pairs from the last down"), "rev")
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {bufs});")
+    return True
+
+
+def stream(wpad, pairs, folded, m: int, table, e) -> np.ndarray:
+    """int32 [block][16 + 2 nkp] of emit_pw's kernel (12 + 2 nkp with a
+    common shift e: rows without it): biases of pairs A, B lo, the block's
+    weight words (pack_weights), twice the biases of A, B hi, the 4 store
+    rows (records_natural's order)."""
+    nblk = len(pairs) // 2
+    rec = records_natural(folded, m, table).reshape(nblk, 16)
+    rows = rec[:, 4:].reshape(nblk, 4, 3)
+    if e is not None:
+        rows = rows[:, :, [0, 2]]
+    words = pack_weights(wpad, pairs).astype(np.int64).reshape(nblk, -1)
+    return np.concatenate([rec[:, :2], words, rec[:, 2:4], rows.reshape(nblk, -1)], axis=1).reshape(-1)
+
+
+def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: int, xe: int, vals, rev: bool) -> bool:
+    """Pointwise, stride 1, natural order (every pixel's C inputs follow the
+    previous pixel's, every output row likewise): the whole pixel loop in
+    assembly (qconv2_pwblk_dsp), the weights and the requantization rows of
+    a block in one stream (one pointer: no reloads between the K steps and
+    the stores), the split of each pixel pair inside the loop (no call per
+    pair). Layers whose channels all shift by the same e take it as an
+    immediate of SSAT (one instruction less per output). Same read/write
+    orders as qconv2_dsp (pixel pairs from the first up, or from the last
+    down: rev)."""
+    m = vals["m_n"]
+    es = np.asarray(table, np.int64).reshape(m, 3)[:, 1]
+    e = int(es[0]) if np.all(es == es[0]) else None
+    kind = ("nc" if corr else "n") + (f"_k{nkp}" if nkp else "") + (f"_e{e}" if e is not None else "") \
+        + ("_rev" if rev else "")
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind, "nkp": nkp, "corr": corr, "e": e, "rev": rev})
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind, "stream": True, "blocks": blocks, "e": e, "rev": rev})
+    ssym = k.const(stream(wpad, pairs, folded, m, table, e).astype(np.int32), f"{node.name}_pw")
+    bufs = k.scratch_buf(xe, "int32_t")
+    geo = p.geo
+    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
+    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
+                                      what="qconv2_dsp: pixel pairs from the last down"), "rev")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {ssym}, {vals['nb']}, {vals['npx']}, {vals['c']}, {m}, "
+           f"{vals['nblk']}, {bufs});")
     return True
