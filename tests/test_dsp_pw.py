@@ -1,8 +1,10 @@
 """The pointwise pixel loop in assembly (cuvil_mcu/isa/dsp_conv.py emit_pw,
 kernels/qconv2_pwblk_dsp.c.j2): random 1x1 layers with small K (8..56),
 with and without the rounding's sign fix (output zero point at the clamp's
-low end or not), one common shift or per-channel shifts, odd pixel counts,
-run on qemu-mps2-an386 and equal to the numpy reference bit for bit."""
+low end or not; without it 256 acc into SMMLA, "scaled"), one common shift
+or per-channel shifts, odd pixel counts, both loop orders, run on
+qemu-mps2-an386 and equal to the numpy reference bit for bit; the scaled
+requantization's formula against quant.py's on the edges."""
 from __future__ import annotations
 
 import re
@@ -14,6 +16,7 @@ from onnx import numpy_helper
 
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.isa import dsp_conv
 from test_isa_dsp import build
 
 # x (NCHW), w: K in {8, 12, 16, 24, 56}, M % 4 == 0 (the natural order), pixel counts odd and even
@@ -32,10 +35,12 @@ def _model():
     return model, feeds
 
 
-@pytest.mark.parametrize("rev", [False, True])
-def test_pointwise_asm_on_qemu(rev, monkeypatch):
+@pytest.mark.parametrize("rev,scaled", [(False, True), (True, True), (False, False)])
+def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
     """rev: every node takes its "rev" loop order (pixel pairs from the last
-    down, as the planner picks it for an output above its input)."""
+    down, as the planner picks it for an output above its input); scaled
+    False: the layers without the sign fix keep 2 acc and SMMLAR (as when
+    |acc| may reach 2^23)."""
     if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
     from cuvil_mcu import codegen
@@ -45,10 +50,12 @@ def test_pointwise_asm_on_qemu(rev, monkeypatch):
         monkeypatch.setattr(codegen.Emitter, "order",
                             lambda self, i, o, variant=None: order(self, i, o, variant) if variant == "rev" else None)
         monkeypatch.setattr(codegen.Emitter, "variant", lambda self: "rev")
+    if not scaled:
+        monkeypatch.setattr(dsp_conv, "SCALED_MAX", 0)
     model, feeds = _model()
     c = compile_model(model, board="qemu-mps2-an386")
     names = set(re.findall(r"__qconv2_dsp_pw_(\w+)\(", c.header))
-    assert {n.split("_")[0] for n in names} == {"n", "nc"}, names
+    assert {n.split("_")[0] for n in names} == {"s" if scaled else "n", "nc"}, names
     assert all(n.endswith("_rev") for n in names) if rev else any(not n.endswith("_rev") for n in names), names
     assert any("_e" in n for n in names) and any("_e" not in n for n in names), names
     assert any("_k" in n for n in names) and any("_k" not in n for n in names), names
@@ -58,3 +65,24 @@ def test_pointwise_asm_on_qemu(rev, monkeypatch):
     for name, o in zip(g.outputs, r.outputs):
         assert np.unique(ref[name]).size > 4, name
         np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+
+
+def test_requant_scaled_matches_quant():
+    """dsp_conv.requant_scaled (what the "scaled" kernels compute) equals
+    TFLM's double rounding (quant.requantize_fixed) + zero point wherever
+    that is at or above the zero point (the kernels use it only when the
+    clamp's low end is there), for |acc| < 2^23: random and boundary
+    accumulators, multipliers at both ends of [2^30, 2^31), shifts 1..24."""
+    from cuvil_mcu import quant
+    rng = np.random.RandomState(43)
+    acc = np.concatenate([rng.randint(-2 ** 23 + 1, 2 ** 23, 200_000), np.arange(-4096, 4097),
+                          [2 ** 23 - 1, -2 ** 23 + 1]]).astype(np.int64)
+    for mult in (2 ** 30, 2 ** 30 + 1, 1518500250, 2 ** 31 - 1, int(rng.randint(2 ** 30, 2 ** 31))):
+        for e in (1, 2, 6, 7, 8, 12, 17, 24):
+            for zp in (-128, -3, 0, 57):
+                want = quant.requantize_fixed(acc, mult, -e) + zp
+                got = dsp_conv.requant_scaled(acc, mult, e, zp)
+                keep = want >= zp
+                bad = np.flatnonzero((got != want) & keep)
+                assert bad.size == 0, (mult, e, zp, acc[bad[:5]], got[bad[:5]], want[bad[:5]])
+                assert np.all(got[~keep] <= zp), (mult, e, zp)
