@@ -40,6 +40,12 @@ no branches on tails. Requantization rows (mult, e | channel << 8, nudge)
 sit in the per-block record next to the biases; "fast" is SMMLAR(2 acc,
 mult, nudge), a sign fix and one shift by register (requant_fast2).
 
+Pointwise layers with stride 1 in the natural order run emit_pw's kernel
+instead (qconv2_pwblk_dsp): the same arithmetic with the pixel-pair loop
+and the split in assembly too, one stream per block (biases, weights,
+rows), and where the sign fix is not needed 256 acc into SMMLA
+(requant_scaled).
+
 Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
