@@ -22,7 +22,9 @@ from test_isa_dsp import build
 # x (NCHW), w: K in {8, 12, 16, 24, 56}, M % 4 == 0 (the natural order), pixel counts odd and even
 LAYERS = [((1, 8, 5, 7), (48, 8, 1, 1)), ((1, 12, 3, 5), (20, 12, 1, 1)), ((1, 16, 4, 4), (96, 16, 1, 1)),
           ((1, 24, 3, 3), (36, 24, 1, 1)), ((1, 56, 3, 1), (8, 56, 1, 1)), ((1, 16, 7, 3), (8, 16, 1, 1)),
-          ((1, 8, 1, 1), (12, 8, 1, 1))]
+          ((1, 8, 1, 1), (12, 8, 1, 1)),
+          # odd N: not the natural order (qconv2_dsp's C block loop), in the same model
+          ((1, 8, 3, 5), (7, 8, 1, 1)), ((1, 24, 3, 3), (13, 24, 1, 1))]
 
 
 def _model():
@@ -54,6 +56,8 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
         monkeypatch.setattr(dsp_conv, "SCALED_MAX", 0)
     model, feeds = _model()
     c = compile_model(model, board="qemu-mps2-an386")
+    calls = re.findall(r"^\s*\w+__qconv2_dsp_(\w+)\(", c.header, re.M)
+    assert len(calls) == len(LAYERS) and sum(n.startswith("pw_") for n in calls) == len(LAYERS) - 2, calls
     names = set(re.findall(r"__qconv2_dsp_pw_(\w+)\(", c.header))
     assert {n.split("_")[0] for n in names} == {"s" if scaled else "n", "nc"}, names
     assert all(n.endswith("_rev") for n in names) if rev else any(not n.endswith("_rev") for n in names), names
