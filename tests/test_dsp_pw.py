@@ -23,6 +23,8 @@ from test_isa_dsp import build
 LAYERS = [((1, 8, 5, 7), (48, 8, 1, 1)), ((1, 12, 3, 5), (20, 12, 1, 1)), ((1, 16, 4, 4), (96, 16, 1, 1)),
           ((1, 24, 3, 3), (36, 24, 1, 1)), ((1, 56, 3, 1), (8, 56, 1, 1)), ((1, 16, 7, 3), (8, 16, 1, 1)),
           ((1, 8, 1, 1), (12, 8, 1, 1)),
+          # K past NKP_UNROLL_PW: the K loop (nkp - 1) % 8 = 1, 5, 7 (K = 36, 44, 48) and 3 (K = 56 above)
+          ((1, 36, 3, 1), (4, 36, 1, 1)), ((1, 44, 1, 3), (8, 44, 1, 1)), ((1, 48, 2, 2), (4, 48, 1, 1)),
           # odd N: not the natural order (qconv2_dsp's C block loop), in the same model
           ((1, 8, 3, 5), (7, 8, 1, 1)), ((1, 24, 3, 3), (13, 24, 1, 1))]
 
@@ -60,7 +62,8 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
     assert len(calls) == len(LAYERS) and sum(n.startswith("pw_") for n in calls) == len(LAYERS) - 2, calls
     names = set(re.findall(r"__qconv2_dsp_pw_(\w+)\(", c.header))
     assert {n.split("_")[0] for n in names} == {"s" if scaled else "n", "nc"}, names
-    assert all(n.endswith("_rev") for n in names) if rev else any(not n.endswith("_rev") for n in names), names
+    orders = re.findall(r"__qconv2_dsp_pw_\w+\(.*, ([01])\);", c.header)   # (the last argument: rev)
+    assert len(orders) == len(LAYERS) - 2 and (set(orders) == {"1"} if rev else "0" in orders), orders
     assert any("_e" in n for n in names) and any("_e" not in n for n in names), names
     assert any("_k" in n for n in names) and any("_k" not in n for n in names), names
     g = c.graph

@@ -77,6 +77,7 @@ FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt"
 A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
+NKP_UNROLL_PW = 16   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
 
 
 # Most bytes of the split activations of two pixels (arena scratch; the
@@ -315,6 +316,7 @@ def emit(node, x, w, outs, k, p) -> bool:
     # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
     nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
     if nat and pw and sh == sw == 1:
+        nkp = k4 // 2 if k4 // 2 <= NKP_UNROLL_PW else 0
         return emit_pw(node, x, outs, k, p, wpad, pairs, folded, mult, corr, nkp, xe, vals, rev, bound)
     name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
         + (f"_g{kh}x{kw * c}" + "a" * gs if plan else "_pw" if pw else "") + ("_rev" if rev else "")
@@ -407,12 +409,11 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     scaled = not corr and bound < SCALED_MAX and scaled_rows(table) is not None
     es = (scaled_rows(table) if scaled else np.asarray(table, np.int64).reshape(m, 3))[:, 1]
     e = int(es[0]) if np.all(es == es[0]) else None
+    # (both loop orders in one kernel: the direction is an argument)
     kind = ("s" if scaled else "nc" if corr else "n") + (f"_k{nkp}" if nkp else "") \
-        + (f"_e{e}" if e is not None else "") + ("_rev" if rev else "")
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind, "nkp": nkp, "corr": corr, "e": e, "rev": rev,
-                                           "scaled": scaled})
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind, "stream": True, "blocks": blocks, "e": e, "rev": rev,
-                                 "scaled": scaled})
+        + (f"_e{e}" if e is not None else "")
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind, "nkp": nkp, "corr": corr, "e": e, "scaled": scaled})
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind, "stream": True, "blocks": blocks, "e": e, "scaled": scaled})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
     geo = p.geo
@@ -420,5 +421,5 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_dsp: pixel pairs from the last down"), "rev")
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {ssym}, {vals['nb']}, {vals['npx']}, {vals['c']}, {m}, "
-           f"{vals['nblk']}, {bufs});")
+           f"{vals['nblk']}, {bufs}, {int(rev)});")
     return True
