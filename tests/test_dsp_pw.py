@@ -64,7 +64,8 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
     assert {n.split("_")[0] for n in names} == {"s" if scaled else "n", "nc"}, names
     orders = re.findall(r"__qconv2_dsp_pw_\w+\(.*, ([01])\);", c.header)   # (the last argument: rev)
     assert len(orders) == len(LAYERS) - 2 and (set(orders) == {"1"} if rev else "0" in orders), orders
-    assert any("_e" in n for n in names) and any("_e" not in n for n in names), names
+    for kind in ("nc", "s" if scaled else "n"):   # one shift for all (an immediate) and per channel
+        assert {"_e" in n for n in names if n.split("_")[0] == kind} == {True, False}, names
     assert any("_k" in n for n in names) and any("_k" not in n for n in names), names
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
