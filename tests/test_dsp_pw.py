@@ -94,3 +94,8 @@ def test_requant_scaled_matches_quant():
                 bad = np.flatnonzero((got != want) & keep)
                 assert bad.size == 0, (mult, e, zp, acc[bad[:5]], got[bad[:5]], want[bad[:5]])
                 assert np.all(got[~keep] <= zp), (mult, e, zp)
+    # the rows only where SMMLA's sum cannot leave int32: |64 + 128 nudge| < 2^30
+    row = lambda e, zp: [2 ** 30, e, (1 << (e - 1)) + zp * (1 << e)]   # noqa: E731
+    assert dsp_conv.scaled_rows(row(17, 63)) is not None and dsp_conv.scaled_rows(row(17, 64)) is None
+    assert dsp_conv.scaled_rows(row(17, -64)) is not None and dsp_conv.scaled_rows(row(17, -65)) is None
+    assert dsp_conv.scaled_rows(row(23, 0)) is not None and dsp_conv.scaled_rows(row(24, 0)) is None

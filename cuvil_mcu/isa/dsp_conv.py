@@ -361,11 +361,12 @@ def requant_scaled(acc, mult, e, zp) -> np.ndarray:
 
 def scaled_rows(table) -> np.ndarray | None:
     """[channel][mult, e + 7, 64 + 128 nudge] from the "fast" table [mult,
-    e, nudge] when they fit (e + 7 <= 31, the nudge term inside int32), else
-    None."""
+    e, nudge] when they fit, else None: e + 7 <= 31, and |64 + 128 nudge| <
+    2^30 so SMMLA's sum with floor(v mult / 2^32) (|v| < 2^31, mult < 2^31:
+    below 2^30 in size) stays inside int32."""
     t = np.asarray(table, np.int64).reshape(-1, 3)
     n = 64 + 128 * t[:, 2]
-    if np.any(t[:, 1] + 7 > 31) or np.any(np.abs(n) >= 2 ** 31):
+    if np.any(t[:, 1] + 7 > 31) or np.any(np.abs(n) >= 2 ** 30):
         return None
     return np.stack([t[:, 0], t[:, 1] + 7, n], axis=1)
 
