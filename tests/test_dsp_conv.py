@@ -176,7 +176,9 @@ def test_on_qemu(board):
     layers.append(("conv", ((1, 8, 5, 6), (6, 8, 1, 1), {}), dict(big=True)))
     # the natural-order asm: K unrolled (K-pairs 2..8), and the loop entered at each step it can be
     first = len(layers) + 1                     # conv0 is huge_bias_model's own layer
-    layers += [("conv", ((1, kk, 3, 3), (4, kk, 1, 1), {}), {}) for kk in (4, 8, 12, 16, 20, 24, 28, 32)]
+    # (stride 2: qconv2_blocks_dsp; stride 1: the pointwise pixel loop, qconv2_pwblk_dsp)
+    layers += [("conv", ((1, kk, 3, 3), (4, kk, 1, 1), {"strides": [s, s]}), {})
+               for s in (2, 1) for kk in (4, 8, 12, 16, 20, 24, 28, 32)]
     layers.append(("conv", ((1, 16, 5, 6), (6, 16, 1, 1), {}), {}))                        # dead channels
     layers.append(("conv", ((1, 64, 4, 5), (4, 64, 3, 3), dict(pads=[1, 1, 1, 1])), {}))   # bound fails: qconv_dsp
     model, feeds = huge_bias_model(layers)
@@ -185,13 +187,14 @@ def test_on_qemu(board):
     _set_weights(model, f"b{len(layers) - 1}", np.array([2 ** 30 + 5, -2 ** 30 - 7, 7, -9, 0, 100], np.int32))
     # the output zero point at -128 on every other natural-order layer: the asm without the
     # rounding's sign fix (n, the clamp's low end is the zero point) and with it (nc)
-    for i in (1, 3, 5, 7):
+    for i in (1, 3, 5, 7, 9, 11, 13, 15):
         _set_weights(model, f"yz{first + i}", np.array(-128, np.int8))
     c = compile_model(model, board=board)
     uses_qconv2(c, len(layers))
     assert kernels(c.header) == {"qconv_dsp", "qconv2_dsp"}
     for kern in ("qconv2_dsp_fasts", "qconv2_dsp_mid", "qconv2_dsp_fixed", "_g10x4", "_g3x3", "_pw(", "_nc_k2_pw",
-                 "_n_k4_pw", "_nc_k6_pw", "_n_k8_pw", "_nc_pw", "_n_pw"):
+                 "_n_k4_pw", "_nc_k6_pw", "_n_k8_pw", "_nc_pw", "_n_pw", "_pw_nc_k2", "_pw_s_k4", "_pw_nc_k6",
+                 "_pw_s_k8", "_pw_nc", "_pw_s"):
         assert kern in c.header, kern
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)

@@ -14,7 +14,8 @@ below):
   weight word + one SXTB16 feed two SMLADs that give both channels' sums
   (the high one recovered as (T - B) >> 8, exact under a per-pair bound);
   2 pixels x 2 pairs per pass, 15 cycles per 16 MACs on the M4 (the block
-  loop in one shared assembly function). First layers (C % 4 != 0) whose
+  loop in one shared assembly function; for stride-1 pointwise layers the
+  pixel loop too, dsp_conv.emit_pw). First layers (C % 4 != 0) whose
   window rows are whole words and M % 8 == 0 go to dsp_rows.py ->
   qconvr_dsp where its split activations do not fit the leanest plan's
   room: rows read straight from the input, no split activations

@@ -40,6 +40,12 @@ no branches on tails. Requantization rows (mult, e | channel << 8, nudge)
 sit in the per-block record next to the biases; "fast" is SMMLAR(2 acc,
 mult, nudge), a sign fix and one shift by register (requant_fast2).
 
+Pointwise layers with stride 1 in the natural order run emit_pw's kernel
+instead (qconv2_pwblk_dsp): the same arithmetic with the pixel-pair loop
+and the split in assembly too, one stream per block (biases, weights,
+rows), and where the sign fix is not needed 256 acc into SMMLA
+(requant_scaled).
+
 Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
@@ -71,6 +77,7 @@ FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt"
 A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
+NKP_UNROLL_PW = 16   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
 
 
 # Most bytes of the split activations of two pixels (arena scratch; the
@@ -308,6 +315,9 @@ def emit(node, x, w, outs, k, p) -> bool:
     corr = nat and int(p.rq.lo) < int(p.rq.zp)
     # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
     nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
+    if nat and pw and sh == sw == 1:
+        nkp = k4 // 2 if k4 // 2 <= NKP_UNROLL_PW else 0
+        return emit_pw(node, x, outs, k, p, wpad, pairs, folded, mult, corr, nkp, xe, vals, rev, bound)
     name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
         + (f"_g{kh}x{kw * c}" + "a" * gs if plan else "_pw" if pw else "") + ("_rev" if rev else "")
     # the block loop in assembly: one naked function per kind, shared by the kernels (flash)
@@ -327,4 +337,90 @@ def emit(node, x, w, outs, k, p) -> bool:
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_dsp: pixel pairs from the last down"), "rev")
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {bufs});")
+    return True
+
+
+SCALED_MAX = 2 ** 23   # |acc| below this: 256 acc fits int32 (the "scaled" requantization)
+
+
+def requant_scaled(acc, mult, e, zp) -> np.ndarray:
+    """What emit_pw's "scaled" kernels compute from v = 256 acc (int64
+    numpy): (floor(v mult / 2^32) + 64 + 128 nudge) >> (e + 7) with nudge =
+    2^(e-1) + zp 2^e (SMMLA, then a shift). Equal to requant_fast2 without
+    its sign fix, i.e. floor((2 acc mult + 2^31 + nudge 2^32) / 2^(32+e)):
+    v mult / 2^32 = 128 (2 acc mult / 2^32), so the floor by 2^32 then by
+    2^(e+7) is the floor of the whole by 2^(39+e), and 2^38 + nudge 2^39 =
+    (64 + 128 nudge) 2^32 sits whole above it. Used only where the sign fix
+    does not matter (no corr: the clamp's low end at or above the zero
+    point) and |acc| < 2^23."""
+    acc = np.asarray(acc, np.int64)
+    e = np.asarray(e, np.int64)
+    nudge = (np.int64(1) << (e - 1)) + np.int64(zp) * (np.int64(1) << e)
+    return (((256 * acc * np.asarray(mult, np.int64)) >> 32) + 64 + 128 * nudge) >> (e + 7)
+
+
+def scaled_rows(table) -> np.ndarray | None:
+    """[channel][mult, e + 7, 64 + 128 nudge] from the "fast" table [mult,
+    e, nudge] when they fit, else None: e + 7 <= 31, and |64 + 128 nudge| <
+    2^30 so SMMLA's sum with floor(v mult / 2^32) (|v| < 2^31, mult < 2^31:
+    below 2^30 in size) stays inside int32."""
+    t = np.asarray(table, np.int64).reshape(-1, 3)
+    n = 64 + 128 * t[:, 2]
+    if np.any(t[:, 1] + 7 > 31) or np.any(np.abs(n) >= 2 ** 30):
+        return None
+    return np.stack([t[:, 0], t[:, 1] + 7, n], axis=1)
+
+
+def stream(wpad, pairs, folded, m: int, table, e, scaled: bool) -> np.ndarray:
+    """int32 [block][16 + 2 nkp] of emit_pw's kernel (12 + 2 nkp with a
+    common shift e: rows without it): biases of pairs A, B lo, the block's
+    weight words (pack_weights), twice the biases of A, B hi, the 4 store
+    rows (records_natural's order). scaled: T A, S A, T B, S B first (T
+    from bias lo + 256 bias hi, modulo 2^32), no hi biases after the
+    words, the rows of scaled_rows."""
+    nblk = len(pairs) // 2
+    table = np.asarray(table, np.int64)
+    rec = records_natural(folded, m, scaled_rows(table).reshape(-1) if scaled else table).reshape(nblk, 16)
+    rows = rec[:, 4:].reshape(nblk, 4, 3)
+    if e is not None:
+        rows = rows[:, :, [0, 2]]
+    words = pack_weights(wpad, pairs).astype(np.int64).reshape(nblk, -1)
+    if scaled:
+        b = np.asarray(folded, np.int64).reshape(nblk, 4)
+        t = (b[:, [0, 2]] + 256 * b[:, [1, 3]] + 2 ** 31) % 2 ** 32 - 2 ** 31     # (T wraps as SMLAD does)
+        head = np.stack([t[:, 0], b[:, 0], t[:, 1], b[:, 2]], axis=1)
+        return np.concatenate([head, words, rows.reshape(nblk, -1)], axis=1).reshape(-1)
+    return np.concatenate([rec[:, :2], words, rec[:, 2:4], rows.reshape(nblk, -1)], axis=1).reshape(-1)
+
+
+def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: int, xe: int, vals, rev: bool,
+            bound: int) -> bool:
+    """Pointwise, stride 1, natural order (every pixel's C inputs follow the
+    previous pixel's, every output row likewise): the whole pixel loop in
+    assembly (qconv2_pwblk_dsp), the weights and the requantization rows of
+    a block in one stream (one pointer: no reloads between the K steps and
+    the stores), the split of each pixel pair inside the loop (no call per
+    pair). Layers whose channels all shift by the same e take it as an
+    immediate of SSAT (one instruction less per output). Same read/write
+    orders as qconv2_dsp (pixel pairs from the first up, or from the last
+    down: rev)."""
+    m = vals["m_n"]
+    # 256 acc into SMMLA (hi: T - S, without the add of its bias; lo: S << 8) where the
+    # sign fix is not needed and 256 acc fits int32
+    scaled = not corr and bound < SCALED_MAX and scaled_rows(table) is not None
+    es = (scaled_rows(table) if scaled else np.asarray(table, np.int64).reshape(m, 3))[:, 1]
+    e = int(es[0]) if np.all(es == es[0]) else None
+    # (both loop orders in one kernel: the direction is an argument)
+    kind = ("s" if scaled else "nc" if corr else "n") + (f"_k{nkp}" if nkp else "") \
+        + (f"_e{e}" if e is not None else "")
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind, "nkp": nkp, "corr": corr, "e": e, "scaled": scaled})
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind, "stream": True, "blocks": blocks, "e": e, "scaled": scaled})
+    ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled).astype(np.int32), f"{node.name}_pw")
+    bufs = k.scratch_buf(xe, "int32_t")
+    geo = p.geo
+    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
+    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
+                                      what="qconv2_dsp: pixel pairs from the last down"), "rev")
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {ssym}, {vals['nb']}, {vals['npx']}, {vals['c']}, {m}, "
+           f"{vals['nblk']}, {bufs}, {int(rev)});")
     return True

@@ -1,0 +1,101 @@
+"""The pointwise pixel loop in assembly (cuvil_mcu/isa/dsp_conv.py emit_pw,
+kernels/qconv2_pwblk_dsp.c.j2): random 1x1 layers with small K (8..56),
+with and without the rounding's sign fix (output zero point at the clamp's
+low end or not; without it 256 acc into SMMLA, "scaled"), one common shift
+or per-channel shifts, odd pixel counts, both loop orders, run on
+qemu-mps2-an386 and equal to the numpy reference bit for bit; the scaled
+requantization's formula against quant.py's on the edges."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+from cuvil_mcu import reference
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.isa import dsp_conv
+from test_isa_dsp import build
+
+# x (NCHW), w: K in {8, 12, 16, 24, 56}, M % 4 == 0 (the natural order), pixel counts odd and even
+LAYERS = [((1, 8, 5, 7), (48, 8, 1, 1)), ((1, 12, 3, 5), (20, 12, 1, 1)), ((1, 16, 4, 4), (96, 16, 1, 1)),
+          ((1, 24, 3, 3), (36, 24, 1, 1)), ((1, 56, 3, 1), (8, 56, 1, 1)), ((1, 16, 7, 3), (8, 16, 1, 1)),
+          ((1, 8, 1, 1), (12, 8, 1, 1)),
+          # K past NKP_UNROLL_PW: the K loop (nkp - 1) % 8 = 1, 5, 7 (K = 36, 44, 48) and 3 (K = 56 above)
+          ((1, 36, 3, 1), (4, 36, 1, 1)), ((1, 44, 1, 3), (8, 44, 1, 1)), ((1, 48, 2, 2), (4, 48, 1, 1)),
+          # odd N: not the natural order (qconv2_dsp's C block loop), in the same model
+          ((1, 8, 3, 5), (7, 8, 1, 1)), ((1, 24, 3, 3), (13, 24, 1, 1))]
+
+
+def _model():
+    # per-tensor weight scales on layers 0 and 3: one shift for every channel
+    model, feeds = build([("conv", (xs, ws, {}), {"per_channel": i not in (0, 3)}) for i, (xs, ws) in enumerate(LAYERS)],
+                         seed=41)
+    for t in model.graph.initializer:
+        if t.name.startswith("yz") and int(t.name[2:]) % 2:   # the clamp's low end at the zero point: no sign fix
+            t.CopyFrom(numpy_helper.from_array(np.array(-128, np.int8), t.name))
+    return model, feeds
+
+
+@pytest.mark.parametrize("rev,scaled", [(False, True), (True, True), (False, False)])
+def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
+    """rev: every node takes its "rev" loop order (pixel pairs from the last
+    down, as the planner picks it for an output above its input); scaled
+    False: the layers without the sign fix keep 2 acc and SMMLAR (as when
+    |acc| may reach 2^23)."""
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu import codegen
+    from cuvil_mcu.sim import qemu
+    if rev:   # (only the "rev" orders may alias, and every kernel runs its "rev" order)
+        order = codegen.Emitter.order
+        monkeypatch.setattr(codegen.Emitter, "order",
+                            lambda self, i, o, variant=None: order(self, i, o, variant) if variant == "rev" else None)
+        monkeypatch.setattr(codegen.Emitter, "variant", lambda self: "rev")
+    if not scaled:
+        monkeypatch.setattr(dsp_conv, "SCALED_MAX", 0)
+    model, feeds = _model()
+    c = compile_model(model, board="qemu-mps2-an386")
+    calls = re.findall(r"^\s*\w+__qconv2_dsp_(\w+)\(", c.header, re.M)
+    assert len(calls) == len(LAYERS) and sum(n.startswith("pw_") for n in calls) == len(LAYERS) - 2, calls
+    names = set(re.findall(r"__qconv2_dsp_pw_(\w+)\(", c.header))
+    assert {n.split("_")[0] for n in names} == {"s" if scaled else "n", "nc"}, names
+    orders = re.findall(r"__qconv2_dsp_pw_\w+\(.*, ([01])\);", c.header)   # (the last argument: rev)
+    assert len(orders) == len(LAYERS) - 2 and (set(orders) == {"1"} if rev else "0" in orders), orders
+    for kind in ("nc", "s" if scaled else "n"):   # one shift for all (an immediate) and per channel
+        assert {"_e" in n for n in names if n.split("_")[0] == kind} == {True, False}, names
+    assert any("_k" in n for n in names) and any("_k" not in n for n in names), names
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        assert np.unique(ref[name]).size > 4, name
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+
+
+def test_requant_scaled_matches_quant():
+    """dsp_conv.requant_scaled (what the "scaled" kernels compute) equals
+    TFLM's double rounding (quant.requantize_fixed) + zero point wherever
+    that is at or above the zero point (the kernels use it only when the
+    clamp's low end is there), for |acc| < 2^23: random and boundary
+    accumulators, multipliers at both ends of [2^30, 2^31), shifts 1..24."""
+    from cuvil_mcu import quant
+    rng = np.random.RandomState(43)
+    acc = np.concatenate([rng.randint(-2 ** 23 + 1, 2 ** 23, 200_000), np.arange(-4096, 4097),
+                          [2 ** 23 - 1, -2 ** 23 + 1]]).astype(np.int64)
+    for mult in (2 ** 30, 2 ** 30 + 1, 1518500250, 2 ** 31 - 1, int(rng.randint(2 ** 30, 2 ** 31))):
+        for e in (1, 2, 6, 7, 8, 12, 17, 24):
+            for zp in (-128, -3, 0, 57):
+                want = quant.requantize_fixed(acc, mult, -e) + zp
+                got = dsp_conv.requant_scaled(acc, mult, e, zp)
+                keep = want >= zp
+                bad = np.flatnonzero((got != want) & keep)
+                assert bad.size == 0, (mult, e, zp, acc[bad[:5]], got[bad[:5]], want[bad[:5]])
+                assert np.all(got[~keep] <= zp), (mult, e, zp)
+    # the rows only where SMMLA's sum cannot leave int32: |64 + 128 nudge| < 2^30
+    row = lambda e, zp: [2 ** 30, e, (1 << (e - 1)) + zp * (1 << e)]   # noqa: E731
+    assert dsp_conv.scaled_rows(row(17, 63)) is not None and dsp_conv.scaled_rows(row(17, 64)) is None
+    assert dsp_conv.scaled_rows(row(17, -64)) is not None and dsp_conv.scaled_rows(row(17, -65)) is None
+    assert dsp_conv.scaled_rows(row(23, 0)) is not None and dsp_conv.scaled_rows(row(24, 0)) is None
