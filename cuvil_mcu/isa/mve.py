@@ -152,6 +152,8 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
     if not direct and (dw != 1 or geo.c * kh * kw > MAX_WINDOW):
         return False
     kk = geo.c * kh * kw
+    if direct and _emit_pw(node, k, geo, p, wq, folded, x, outs[0]):
+        return True
     from ..ops.conv import _border_tables
     oha, ohb, _ = _border_tables(h, oh, kh, sh, dh, pt)
     owa, owb, _ = _border_tables(wd, ow, kw, sw, dw, pl)
@@ -172,6 +174,38 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
             geo, False, group=2, cblock=4 if direct else 0, reverse=rev, seq=direct,
             what=f"qdot_mve: pixel pairs{', 4 channels per read' if direct else ''}{' from the last down' if rev else ''}"),
             "rev" if rev else None)
+    return True
+
+
+def _emit_pw(node, k, geo, p, wq, folded, x, y) -> bool:
+    """1x1 convolution, stride 1, K <= 16 input channels, through qpw_mve
+    (per block of 4 output channels, every pixel: the block's weights and
+    requantization constants stay in registers); False when the layer is
+    not of that kind or its requantization needs what the kernel leaves out
+    (a left shift; the rounding fix-up with some shift 0)."""
+    # clipped: VRSHL reads the shift from each lane's low byte (a right shift by 33 or more gives 0, as by 128)
+    shift = np.clip(np.broadcast_to(np.asarray(p.rq.shift, np.int64), (geo.m,)), -128, 127)
+    lo, hi = p.rq.lo - p.rq.zp, p.rq.hi - p.rq.zp
+    rneg = bool(np.all(shift < 0))
+    npx = geo.n * geo.out_hw[0] * geo.out_hw[1]
+    if (geo.c > 16 or geo.m % 4 or geo.n != 1 or geo.strides != (1, 1) or np.any(shift > 0)
+            or (lo < 0 and not rneg) or npx > 65535):
+        return False
+    nblk = geo.m // 4
+    w16 = np.zeros((geo.m, 16), np.int8)
+    w16[:, :geo.c] = wq.reshape(geo.m, geo.c)
+    b = int32_array(node, folded, "bias with the input zero point folded in")
+    q = np.concatenate([w16.reshape(nblk, 64).view(np.int32), b.reshape(nblk, 4),
+                        np.broadcast_to(np.asarray(p.rq.mult, np.int64), (geo.m,)).astype(np.int32).reshape(nblk, 4),
+                        np.minimum(shift, 0).astype(np.int32).reshape(nblk, 4)], axis=1)
+    vals = dict(P=npx, K=geo.c, M=geo.m, zp=p.rq.zp, lo=lo, hi=hi, fix=int(lo < 0),
+                sat=int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp))
+    _helpers(k)
+    fn = k.kernel("qpw_mve", {"name": _variant_name("s8", vals), **vals})
+    # per block of 4 channels, every pixel in turn (one pass of all pixels, blocks in it, seq)
+    k.order(0, lambda: windows.raster(geo, False, group=npx, cblock=4, seq=True,
+                                      what="qpw_mve: per 4 channels, pixel after pixel"))
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(np.ascontiguousarray(q), f'{node.name}_pw')});")
     return True
 
 

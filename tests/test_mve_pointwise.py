@@ -1,0 +1,97 @@
+"""Helium pointwise kernel for few input channels (qpw_mve, cuvil_mcu/isa/mve.py
+_emit_pw): random 1x1 layers with K = 1..16 input channels on QEMU mps3-an547,
+bit-exact with the numpy reference, for each of its requantization forms
+(int8's own clamp with the rounding fix-up, a Relu without it, a clamp of
+the VPT/VDUP kind with and without it), at -O2 (inline asm) and -O0 (the
+intrinsics path); the same header on the host (plain C path, sanitizers).
+
+Needs arm-none-eabi-gcc and qemu-system-arm (skipped otherwise)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.sim import qemu
+from helpers import STRICT_WARNINGS, run_strict_builds
+from qhelpers import clamped_exact, rerender
+from test_qconv import _layer, qmodel
+
+BOARD = "qemu-mps3-an547"
+HAVE_TOOLS = shutil.which("arm-none-eabi-gcc") is not None and shutil.which("qemu-system-arm") is not None
+needs_qemu = pytest.mark.skipif(not HAVE_TOOLS, reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+
+# x shape (NCHW), output channels: K from 1 to 16, one pixel, the post-increment
+# store (M <= 127) and the ADDW one (M = 132); the last two are not the kernel's
+# (M % 4 != 0; stride 2) and go to qdot_mve
+LAYERS = [((1, 8, 5, 7), 48), ((1, 16, 4, 3), 8), ((1, 3, 6, 5), 12), ((1, 13, 3, 3), 20),
+          ((1, 1, 2, 9), 4), ((1, 11, 1, 1), 16), ((1, 5, 3, 4), 132), ((1, 7, 4, 4), 6),
+          ((1, 9, 5, 5), 8, dict(strides=[2, 2]))]
+MINE = 7
+
+
+def pw_model(seed: int):
+    rng = np.random.RandomState(seed)
+    nodes, inits, inputs, outputs, feeds = [], {}, {}, {}, {}
+    for i, (xs, m, *attrs) in enumerate(LAYERS):
+        n, ini, x = _layer(rng, i, xs, (m, xs[1], 1, 1), attrs[0] if attrs else {}, i % 3 != 1, i % 4 != 3, "int8")
+        nodes.append(n)
+        inits.update(ini)
+        inputs[f"x{i}"], outputs[f"y{i}"], feeds[f"x{i}"] = (xs, "int8"), "int8", x
+    return qmodel(nodes, inputs, outputs, inits), feeds
+
+
+def _run(c, feeds, opt=None):
+    g = c.graph
+    xs = [np.asarray(feeds[n], g.tensors[n].dtype)[None] for n in g.inputs]
+    r = qemu.simulate(c, xs, **({"opt": opt} if opt else {}))
+    return clamped_exact(g, [o[0] for o in r.outputs], feeds)
+
+
+@needs_qemu
+@pytest.mark.parametrize("act", [None, (0.0, float("inf")), (-0.3, 0.4)], ids=["int8", "relu", "clip"])
+def test_pointwise_small_k_exact(act):
+    model, feeds = pw_model(11)
+    c = compile_model(model, board=BOARD)
+    if act is not None:
+        c = rerender(c, lambda n: act)
+    calls = [ln for ln in c.header.splitlines() if "__qpw_mve_s8_" in ln and ln.strip().endswith(");")]
+    assert len(calls) == MINE, "\n".join(calls)
+    assert c.header.count("__qdot_mve_s8_") >= 2     # the layers it declines
+    assert _run(c, feeds) > 20                       # the clamps bite
+    if act == (-0.3, 0.4):
+        assert _run(c, feeds, opt="-O0") > 20        # -O0: the intrinsics path
+
+
+def test_pointwise_host_fallback():
+    """The an547 header on the host: qpw_mve's plain C path, with sanitizers."""
+    model, feeds = pw_model(12)
+    c = rerender(compile_model(model, board=BOARD), lambda n: (-0.2, 0.5))
+    assert "__qpw_mve_s8_" in c.header
+    builds = [("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])]
+    assert not run_strict_builds(c, feeds, exact=True, builds=builds)
+
+
+@pytest.mark.skipif(shutil.which("clang") is None or shutil.which("arm-none-eabi-gcc") is None,
+                    reason="clang / arm-none-eabi-gcc not installed")
+def test_pointwise_builds_for_m55(tmp_path):
+    """Every variant compiles for the M55 with gcc and clang, -pedantic
+    -Werror, optimized and not (clang's assembler: VSTRB.32 takes a low base
+    register only)."""
+    model, _ = pw_model(13)
+    for i, act in enumerate((None, (0.0, float("inf")), (-0.3, 0.4))):
+        c = compile_model(model, board=BOARD)
+        c = rerender(c, lambda n: act) if act else c
+        (tmp_path / "model.h").write_text(c.header)
+        (tmp_path / "t.c").write_text("#define MODEL_IMPLEMENTATION\n#include \"model.h\"\n"
+                                      "int use(void *a) { return model_run(a); }\n")
+        for cc in ("arm-none-eabi-gcc", "clang"):
+            extra = ["--target=arm-none-eabi", "-isystem", "/usr/lib/arm-none-eabi/include"] if cc == "clang" else []
+            for level in ("-O0", "-O2"):
+                r = subprocess.run([cc, *extra, "-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard", *STRICT_WARNINGS,
+                                    level, "-std=c99", "-c", "t.c", "-o", "t.o"],
+                                   cwd=tmp_path, capture_output=True, text=True)
+                assert r.returncode == 0, f"{cc} {level} act {act}: {r.stderr[-3000:]}"
