@@ -67,11 +67,16 @@ def test_pointwise_small_k_exact(act):
 
 
 def test_pointwise_host_fallback():
-    """The an547 header on the host: qpw_mve's plain C path, with sanitizers."""
+    """The an547 headers on the host: the plain C paths of qpw_mve and
+    copy_scatter_mve, with sanitizers."""
     model, feeds = pw_model(12)
     c = rerender(compile_model(model, board=BOARD), lambda n: (-0.2, 0.5))
     assert "__qpw_mve_s8_" in c.header
     builds = [("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])]
+    assert not run_strict_builds(c, feeds, exact=True, builds=builds)
+    model, feeds = transpose_model()
+    c = compile_model(model, board=BOARD)
+    assert "__copy_scatter_mve_" in c.header
     assert not run_strict_builds(c, feeds, exact=True, builds=builds)
 
 
@@ -95,3 +100,31 @@ def test_pointwise_builds_for_m55(tmp_path):
                                     level, "-std=c99", "-c", "t.c", "-o", "t.o"],
                                    cwd=tmp_path, capture_output=True, text=True)
                 assert r.returncode == 0, f"{cc} {level} act {act}: {r.stderr[-3000:]}"
+
+
+def transpose_model():
+    """int8 Transposes of a few channels: NCHW -> NHWC (scatter stores, one
+    row of 63 bytes: a predicated tail) and NHWC -> NCHW (gather loads)."""
+    from onnx import TensorProto, helper
+    rng = np.random.RandomState(5)
+    shapes = {"x0": ((1, 3, 7, 9), (0, 2, 3, 1)), "x1": ((1, 4, 8, 5), (0, 3, 1, 2)), "x2": ((16, 17), (1, 0))}
+    nodes = [helper.make_node("Transpose", [n], [f"y{n[1:]}"], perm=list(p), name=f"t{n[1:]}")
+             for n, (_, p) in shapes.items()]
+    g = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info(n, TensorProto.INT8, list(s)) for n, (s, _) in shapes.items()],
+        [helper.make_tensor_value_info(f"y{n[1:]}", TensorProto.INT8, [s[i] for i in p]) for n, (s, p) in shapes.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return model, {n: rng.randint(-128, 128, s).astype(np.int8) for n, (s, _) in shapes.items()}
+
+
+@needs_qemu
+def test_transpose_scatter_gather_exact():
+    model, feeds = transpose_model()
+    c = compile_model(model, board=BOARD)
+    assert c.header.count("(uint8_t *dst, const uint8_t *src)") == 3, "copy_scatter_mve not used for all three"
+    g = c.graph
+    r = qemu.simulate(c, [feeds[n][None] for n in g.inputs])
+    perms = {n.output[0]: list(n.attribute[0].ints) for n in model.graph.node}
+    for name, o in zip(g.outputs, r.outputs):
+        want = np.transpose(feeds["x" + name[1:]], perms[name])
+        assert np.array_equal(o[0], want), f"{name}: {o[0].ravel()[:16]} vs {want.ravel()[:16]}"
