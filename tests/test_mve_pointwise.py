@@ -1,5 +1,5 @@
-"""Helium pointwise kernel for few input channels (qpw_mve, cuvil_mcu/isa/mve.py
-_emit_pw): random 1x1 layers with K = 1..16 input channels on QEMU mps3-an547,
+"""Helium pointwise kernels (cuvil_mcu/isa/mve.py): qpw_mve (_emit_pw) on random
+1x1 layers with K = 1..16 input channels on QEMU mps3-an547,
 bit-exact with the numpy reference, for each of its requantization forms
 (int8's own clamp with the rounding fix-up, a Relu without it, a clamp of
 the VPT/VDUP kind with and without it), at -O2 (inline asm) and -O0 (the
@@ -8,6 +8,7 @@ intrinsics path); the same header on the host (plain C path, sanitizers).
 Needs arm-none-eabi-gcc and qemu-system-arm (skipped otherwise)."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -58,8 +59,8 @@ def test_pointwise_small_k_exact(act):
     c = compile_model(model, board=BOARD)
     if act is not None:
         c = rerender(c, lambda n: act)
-    calls = [ln for ln in c.header.splitlines() if "__qpw_mve_s8_" in ln and ln.strip().endswith(");")]
-    assert len(calls) == MINE, "\n".join(calls)
+    calls = re.findall(r"__qpw_mve_s8_[0-9a-f]{8}\(\(int8_t \*\)", c.header)
+    assert len(calls) == MINE, calls
     assert c.header.count("__qdot_mve_s8_") >= 2     # the layers it declines
     assert _run(c, feeds) > 20                       # the clamps bite
     if act == (-0.3, 0.4):
@@ -74,6 +75,10 @@ def test_pointwise_host_fallback():
     assert "__qpw_mve_s8_" in c.header
     builds = [("gcc", ["-std=c99", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])]
     assert not run_strict_builds(c, feeds, exact=True, builds=builds)
+    model, feeds = pairs_model(22)
+    c = rerender(compile_model(model, board=BOARD), lambda n: (-0.2, 0.5))
+    assert "__qdotp_mve_s8_" in c.header
+    assert not run_strict_builds(c, feeds, exact=True, builds=builds)
     model, feeds = transpose_model()
     c = compile_model(model, board=BOARD)
     assert "__copy_scatter_mve_" in c.header
@@ -83,23 +88,86 @@ def test_pointwise_host_fallback():
 @pytest.mark.skipif(shutil.which("clang") is None or shutil.which("arm-none-eabi-gcc") is None,
                     reason="clang / arm-none-eabi-gcc not installed")
 def test_pointwise_builds_for_m55(tmp_path):
-    """Every variant compiles for the M55 with gcc and clang, -pedantic
+    """Every variant of qpw_mve and qdotp_mve compiles for the M55 with gcc and clang, -pedantic
     -Werror, optimized and not (clang's assembler: VSTRB.32 takes a low base
     register only)."""
-    model, _ = pw_model(13)
-    for i, act in enumerate((None, (0.0, float("inf")), (-0.3, 0.4))):
+    for model, act in [(m(13)[0], a) for m in (pw_model, pairs_model)
+                       for a in (None, (0.0, float("inf")), (-0.3, 0.4))]:
         c = compile_model(model, board=BOARD)
         c = rerender(c, lambda n: act) if act else c
         (tmp_path / "model.h").write_text(c.header)
         (tmp_path / "t.c").write_text("#define MODEL_IMPLEMENTATION\n#include \"model.h\"\n"
                                       "int use(void *a) { return model_run(a); }\n")
-        for cc in ("arm-none-eabi-gcc", "clang"):
+        # (gcc -O2 builds in the QEMU runs above; -O0 leaves the asm out)
+        for cc, level in (("clang", "-O2"), ("clang", "-O0"), ("arm-none-eabi-gcc", "-O0")):
             extra = ["--target=arm-none-eabi", "-isystem", "/usr/lib/arm-none-eabi/include"] if cc == "clang" else []
-            for level in ("-O0", "-O2"):
+            if level == "-O0" and act != (-0.3, 0.4):
+                continue
+            if True:
                 r = subprocess.run([cc, *extra, "-mcpu=cortex-m55", "-mthumb", "-mfloat-abi=hard", *STRICT_WARNINGS,
                                     level, "-std=c99", "-c", "t.c", "-o", "t.o"],
                                    cwd=tmp_path, capture_output=True, text=True)
                 assert r.returncode == 0, f"{cc} {level} act {act}: {r.stderr[-3000:]}"
+
+
+# qdotp_mve: (x shape, output channels); K from 17 to 143 with and without a
+# tail chunk, odd and even pixel counts, M above 127; then a chain whose second
+# layer reads an intermediate tensor with K = 144 and 200 (word-aligned pixels:
+# VLDRW at offsets up to 508)
+PAIRS = [((1, 32, 3, 5), 8), ((1, 24, 4, 4), 132), ((1, 17, 3, 3), 12), ((1, 40, 5, 1), 4),
+         ((1, 143, 2, 2), 16), ((1, 56, 1, 2), 20)]
+CHAIN = [(144, 8), (200, 12)]     # (channels of the middle tensor, output channels)
+
+
+def pairs_model(seed: int):
+    rng = np.random.RandomState(seed)
+    nodes, inits, inputs, outputs, feeds = [], {}, {}, {}, {}
+    for i, (xs, m) in enumerate(PAIRS):
+        n, ini, x = _layer(rng, i, xs, (m, xs[1], 1, 1), {}, i % 3 != 1, i % 4 != 3, "int8")
+        nodes.append(n)
+        inits.update(ini)
+        inputs[f"x{i}"], outputs[f"y{i}"], feeds[f"x{i}"] = (xs, "int8"), "int8", x
+    for j, (mid, m) in enumerate(CHAIN):
+        i = len(nodes)
+        xs = (1, 5, 3, 3)
+        a, ini, x = _layer(rng, i, xs, (mid, 5, 1, 1), {}, True, True, "int8")
+        nodes.append(a)
+        inits.update(ini)
+        inputs[f"x{i}"], feeds[f"x{i}"] = (xs, "int8"), x
+        b, ini, _ = _layer(rng, i + 1, (1, mid, 3, 3), (m, mid, 1, 1), {}, True, True, "int8")
+        b.input[0] = f"y{i}"
+        nodes.append(b)
+        inits.update(ini)
+        outputs[f"y{i + 1}"] = "int8"
+    return qmodel(nodes, inputs, outputs, inits), feeds
+
+
+@needs_qemu
+@pytest.mark.parametrize("act", [None, (0.0, float("inf")), (-0.3, 0.4)], ids=["int8", "relu", "clip"])
+def test_pixel_pairs_exact(act, monkeypatch):
+    """qdotp_mve on QEMU: every PAIRS layer and both chain ends; the clip
+    case also with the passes from the last pixel down (the "rev" order,
+    forced) and at -O0 (its intrinsics helper)."""
+    model, feeds = pairs_model(21)
+    c = compile_model(model, board=BOARD)
+    if act is not None:
+        c = rerender(c, lambda n: act)
+    calls = re.findall(r"__qdotp_mve_s8_[0-9a-f]{8}\(\(int8_t \*\)", c.header)
+    assert len(calls) == len(PAIRS) + len(CHAIN), calls
+    assert "vldrw.u32 %q[b], [%[ta], #184]" in c.header     # K = 200: the word-load reach
+    assert _run(c, feeds) > 20
+    if act == (-0.3, 0.4):
+        assert _run(c, feeds, opt="-O0") > 20
+        from cuvil_mcu import codegen
+        plain = codegen.Emitter.variant
+
+        def rev(self):   # the passes from the last pixel down where the plan placed the output apart
+            aliased = {a["node"] for a in getattr(self.plan, "aliases", [])}
+            return plain(self) if self.node is None or self.node.name in aliased else "rev"
+        monkeypatch.setattr(codegen.Emitter, "variant", rev)
+        c = rerender(c, lambda n: act)
+        assert "from the last down" in c.header
+        assert _run(c, feeds) > 20
 
 
 def transpose_model():
