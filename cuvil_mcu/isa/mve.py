@@ -617,6 +617,18 @@ def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
     return True
 
 
+def emit_qgap(op, node, ins, outs, k, params) -> bool:
+    """QLinearGlobalAveragePool, TFLM's MEAN with requantization, int8, NHWC,
+    at most 255 pixels (int16 lane sums), shift <= 0: qgap_mve."""
+    v = params
+    if v["n"] > 255 or v["shift"] > 0:
+        return False
+    _helpers(k)
+    fn = k.kernel("qgap_mve", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])});")
+    return True
+
+
 def emit_qconvt(op, node, ins, outs, k, params) -> bool:
     """cuvil.QConvTranspose: qconvt_mve calls over the output phases (mve_convt.py)."""
     from . import mve_convt
