@@ -164,7 +164,7 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
                 oha=oha, ohb=ohb, owa=owa, owb=owb,
                 sxb=sx[0], sxh=sx[1], sxw=sx[2], xzp=p.x_zp, yzp=p.rq.zp, lo=lo, hi=hi,
                 lsh=int(np.any(np.asarray(p.rq.shift) > 0)), rneg=int(np.all(np.asarray(p.rq.shift) < 0)))
-    if not (direct and _emit_pairs(node, k, geo, p, wk, folded, x, outs[0], w.name, k.variant() == "rev")):
+    if not _emit_pairs(node, k, geo, p, wk, folded, x, outs[0], w.name, k.variant() == "rev", None if direct else vals):
         _emit_qdot(k, node, vals, k.ptr(outs[0]), k.ptr(x), k.const(_interleave(wk), f"{w.name}_mve"),
                    k.const(b, f"{node.name}_bias"), p.rq, rev=k.variant() == "rev")
     # pixel pairs (either way); a direct kernel reads x again for each block of
@@ -210,7 +210,7 @@ def _emit_pw(node, k, geo, p, wq, folded, x, y) -> bool:
     return True
 
 
-def _emit_pairs(node, k, geo, p, wk, folded, x, y, wname, rev: bool) -> bool:
+def _emit_pairs(node, k, geo, p, wk, folded, x, y, wname, rev: bool, im2col: dict | None = None) -> bool:
     """1x1 convolution, stride 1, 16 <= K <= 143 (or <= 524, word-aligned pixels), M % 4 == 0, batch 1:
     qdotp_mve (qdot_mve's pixel pairs, the pass over all channel blocks in
     one asm statement, the second pixel read at an offset of K); False when
@@ -219,13 +219,17 @@ def _emit_pairs(node, k, geo, p, wk, folded, x, y, wname, rev: bool) -> bool:
     shift = np.clip(np.broadcast_to(np.asarray(p.rq.shift, np.int64), (geo.m,)), -128, 127)
     lo, hi = p.rq.lo - p.rq.zp, p.rq.hi - p.rq.zp
     npx = geo.out_hw[0] * geo.out_hw[1]
-    kk = geo.c
-    # the second pixel's chunk at an offset of K - 16 from the first's: VLDRB's reach (127), or
-    # VLDRW's (508) for word-aligned pixels (K % 4 == 0 in the 16-aligned arena, not a model input)
-    wide = 143 < kk <= 524 and kk % 4 == 0 and x.name not in k.graph.inputs
-    if (not (16 <= kk <= 143 or wide) or geo.m % 4 or geo.n != 1 or geo.strides != (1, 1) or np.any(shift > 0)
-            or npx < 2):
-        return False
+    kk = wk.shape[1]
+    if im2col is not None:   # a window copied per pixel into a 16-aligned buffer, kk16 bytes apart (VLDRW beyond 143)
+        if im2col["kk16"] > 524 or kk < 16 or geo.m % 4 or geo.n != 1 or np.any(shift > 0) or npx < 2:
+            return False
+    else:
+        # the second pixel's chunk at an offset of K - 16 from the first's: VLDRB's reach (127), or
+        # VLDRW's (508) for word-aligned pixels (K % 4 == 0 in the 16-aligned arena, not a model input)
+        wide = 143 < kk <= 524 and kk % 4 == 0 and x.name not in k.graph.inputs
+        if (not (16 <= kk <= 143 or wide) or geo.m % 4 or geo.n != 1 or geo.strides != (1, 1)
+                or np.any(shift > 0) or npx < 2):
+            return False
     sat = int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp)
     fix = 0 if lo >= 0 else (2 if np.all(shift < 0) else 1)
     nblk = geo.m // 4
@@ -237,10 +241,15 @@ def _emit_pairs(node, k, geo, p, wk, folded, x, y, wname, rev: bool) -> bool:
     # per block of 4 channels: its weights ([chunk][4][16] bytes, as int32 words), then q's row
     q = np.concatenate([_interleave(wk).reshape(nblk, -1).view(np.int32), q], axis=1)
     vals = dict(P=npx, K=kk, M=geo.m, NF=kk // 16, T=kk % 16, zp=p.rq.zp, lo=lo, hi=hi, fix=fix, sat=sat,
-                rev=int(rev))
-    _helpers(k)
+                rev=int(rev), im2col=int(im2col is not None))
+    if im2col is not None:   # every chunk of the padded window is loaded whole (zero weights past kk)
+        vals.update({f: im2col[f] for f in ("oh_n", "ow_n", "kh_n", "kw_n", "sh", "sw", "pt", "pl", "dh", "ih_n",
+                                             "iw_n", "cin", "sxb", "sxh", "sxw", "xzp", "oha", "ohb", "owa", "owb",
+                                             "kk16")}, NF=im2col["kk16"] // 16, T=0)
+    _helpers(k, copy=im2col is not None)
     fn = k.kernel("qdotp_mve", {"name": _variant_name("s8", vals), **vals})
-    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(np.ascontiguousarray(q), f'{wname}_pq')});")
+    buf = f", {k.scratch_buf(2 * im2col['kk16'])}" if im2col is not None else ""
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(np.ascontiguousarray(q), f'{wname}_pq')}{buf});")
     return True
 
 
