@@ -289,7 +289,7 @@ def test_global_avgpool_exact():
     output scales (shifts < 0, the rounding fix-up; one multiplier near 2)
     and a fused clamp, bit-exact on QEMU and on the host."""
     rng = np.random.RandomState(8)
-    inits = {**qparams("x", 0.05, 3, "int8"), **qparams("y", 0.011, -5, "int8"), **qparams("z", 0.026, 17, "int8"),
+    inits = {**qparams("x", 0.05, -3, "int8"), **qparams("y", 0.011, -5, "int8"), **qparams("z", 0.026, 17, "int8"),
              **qparams("u", 0.0254, -2, "int8")}
     nodes, inputs = [], {}
     for i, s in enumerate(GAPS):
