@@ -279,3 +279,36 @@ def test_cross_compile_strict(tmp_path):
                                 "-c", str(tmp_path / f"{tag}.c"), "-o", str(tmp_path / f"{tag}.o")],
                                capture_output=True, text=True)
             assert r.returncode == 0, f"{cc} {tag}: {r.stderr[-3000:]}"
+
+
+# --------------------------------------------------------------------------- global average pool
+
+# NHWC shapes: a channel tail (13), batch 2, 255 pixels (the int16 sum's limit),
+# MobileNetV2's 3x3 x 1280 head; one pixel at a scale ratio of 4.5 (a left
+# shift) and 256 pixels go to the portable kernel
+GAPS = [(2, 5, 7, 13), (1, 15, 17, 24), (1, 3, 3, 1280), (1, 1, 1, 8), (1, 16, 16, 8)]
+
+
+@needs_qemu
+def test_global_avgpool_exact():
+    """QLinearGlobalAveragePool with requantization through qgap_mve: several
+    output scales (shifts < 0, the rounding fix-up; one multiplier near 2)
+    and a fused clamp, bit-exact on QEMU and on the host."""
+    rng = np.random.RandomState(8)
+    inits = {**qparams("x", 0.05, -3, "int8"), **qparams("y", 0.011, -5, "int8"), **qparams("z", 0.026, 17, "int8"),
+             **qparams("u", 0.0254, -2, "int8")}
+    nodes, inputs = [], {}
+    for i, s in enumerate(GAPS):
+        inputs[f"x{i}"] = (s, "int8")
+        ys = "yzu"[i % 3]
+        nodes.append(helper.make_node("QLinearGlobalAveragePool", [f"x{i}", "x_s", "x_z", f"{ys}_s", f"{ys}_z"],
+                                      [f"g{i}"], domain=MS, channels_last=1, name=f"gap{i}"))
+    model = qmodel(nodes, inputs, {f"g{i}": "int8" for i in range(len(GAPS))}, inits)
+    feeds = {k: rand_q(rng, s, "int8") for k, (s, _) in inputs.items()}
+    c = compile_model(model, board=BOARD)
+    assert c.header.count("__qgap_mve_") == 2 * (len(GAPS) - 2), "qgap_mve: all but the last two"
+    _check_qemu(c, feeds)
+    c2 = _rerender(c, lambda n: (-0.3, 0.2) if n.name in ("gap0", "gap2") else None)
+    ref = _check_qemu(c2, feeds)
+    assert (ref["g2"] == ref["g2"].max()).sum() > 10
+    _check_host(c2, feeds)

@@ -145,11 +145,13 @@ def test_depthwise_wide_windows_fall_back_exact():
 def test_dense_conv_requant_variants_exact():
     """qdot_mve (dense convolutions): the requant without the rounding fix-up
     when lo >= 0, with the saturating narrow (y zp -128, no clamp) or a
-    clamp (relu with another zero point), next to the general one."""
-    layers = [((1, 16, 5, 6), (1, 1), {}, -128, (0.002, 0.02), 20),                  # pointwise, sat
+    clamp (relu with another zero point), next to the general one. (Output
+    channels not a multiple of 4, or a left shift: the layers qpw_mve and
+    qdotp_mve would otherwise take, test_mve_pointwise.py.)"""
+    layers = [((1, 16, 5, 6), (1, 1), {}, -128, (0.002, 0.02), 18),                  # pointwise, sat
               ((1, 3, 9, 8), (3, 3), dict(pads=[1, 1, 1, 1]), -128, (1.5, 3.0), 12),   # left shift, sat
-              ((1, 24, 4, 4), (1, 1), {}, 9, (0.002, 0.02), 8),                       # relu below: clamp
-              ((1, 1, 21, 10), (10, 4), dict(strides=[2, 2], pads=[4, 1, 5, 2]), -128, (0.002, 0.02), 16),
+              ((1, 24, 4, 4), (1, 1), {}, 9, (0.002, 0.02), 10),                      # relu below: clamp
+              ((1, 1, 21, 10), (10, 4), dict(strides=[2, 2], pads=[4, 1, 5, 2]), -128, (0.002, 0.02), 14),
               ((1, 8, 4, 5), (3, 3), dict(pads=[1, 1, 1, 1]), 3, (0.002, 0.02), 7)]   # general
     model, feeds = _model(layers, 6)
     c = _rerender(compile_model(model, board=BOARD), lambda n: (0.0, float("inf")) if n.name == "dw2" else None)

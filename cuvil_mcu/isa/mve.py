@@ -152,6 +152,8 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
     if not direct and (dw != 1 or geo.c * kh * kw > MAX_WINDOW):
         return False
     kk = geo.c * kh * kw
+    if direct and _emit_pw(node, k, geo, p, wq, folded, x, outs[0]):
+        return True
     from ..ops.conv import _border_tables
     oha, ohb, _ = _border_tables(h, oh, kh, sh, dh, pt)
     owa, owb, _ = _border_tables(wd, ow, kw, sw, dw, pl)
@@ -162,8 +164,9 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
                 oha=oha, ohb=ohb, owa=owa, owb=owb,
                 sxb=sx[0], sxh=sx[1], sxw=sx[2], xzp=p.x_zp, yzp=p.rq.zp, lo=lo, hi=hi,
                 lsh=int(np.any(np.asarray(p.rq.shift) > 0)), rneg=int(np.all(np.asarray(p.rq.shift) < 0)))
-    _emit_qdot(k, node, vals, k.ptr(outs[0]), k.ptr(x), k.const(_interleave(wk), f"{w.name}_mve"),
-               k.const(b, f"{node.name}_bias"), p.rq, rev=k.variant() == "rev")
+    if not _emit_pairs(node, k, geo, p, wk, folded, x, outs[0], w.name, k.variant() == "rev", None if direct else vals):
+        _emit_qdot(k, node, vals, k.ptr(outs[0]), k.ptr(x), k.const(_interleave(wk), f"{w.name}_mve"),
+                   k.const(b, f"{node.name}_bias"), p.rq, rev=k.variant() == "rev")
     # pixel pairs (either way); a direct kernel reads x again for each block of
     # 4 channels (the plain C of other targets: pixel after pixel), an im2col
     # one copies both windows first
@@ -172,6 +175,81 @@ def emit_qconv(op, node, ins, outs, k, params) -> bool:
             geo, False, group=2, cblock=4 if direct else 0, reverse=rev, seq=direct,
             what=f"qdot_mve: pixel pairs{', 4 channels per read' if direct else ''}{' from the last down' if rev else ''}"),
             "rev" if rev else None)
+    return True
+
+
+def _emit_pw(node, k, geo, p, wq, folded, x, y) -> bool:
+    """1x1 convolution, stride 1, K <= 16 input channels, through qpw_mve
+    (per block of 4 output channels, every pixel: the block's weights and
+    requantization constants stay in registers); False when the layer is
+    not of that kind or its requantization needs what the kernel leaves out
+    (a left shift; the rounding fix-up with some shift 0)."""
+    # clipped: VRSHL reads the shift from each lane's low byte (a right shift by 33 or more gives 0, as by 128)
+    shift = np.clip(np.broadcast_to(np.asarray(p.rq.shift, np.int64), (geo.m,)), -128, 127)
+    lo, hi = p.rq.lo - p.rq.zp, p.rq.hi - p.rq.zp
+    rneg = bool(np.all(shift < 0))
+    npx = geo.n * geo.out_hw[0] * geo.out_hw[1]
+    if (geo.c > 16 or geo.m % 4 or geo.n != 1 or geo.strides != (1, 1) or np.any(shift > 0)
+            or (lo < 0 and not rneg) or npx > 65535):
+        return False
+    nblk = geo.m // 4
+    w16 = np.zeros((geo.m, 16), np.int8)
+    w16[:, :geo.c] = wq.reshape(geo.m, geo.c)
+    b = int32_array(node, folded, "bias with the input zero point folded in")
+    q = np.concatenate([w16.reshape(nblk, 64).view(np.int32), b.reshape(nblk, 4),
+                        np.broadcast_to(np.asarray(p.rq.mult, np.int64), (geo.m,)).astype(np.int32).reshape(nblk, 4),
+                        np.minimum(shift, 0).astype(np.int32).reshape(nblk, 4)], axis=1)
+    vals = dict(P=npx, K=geo.c, M=geo.m, zp=p.rq.zp, lo=lo, hi=hi, fix=int(lo < 0),
+                sat=int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp))
+    _helpers(k)
+    fn = k.kernel("qpw_mve", {"name": _variant_name("s8", vals), **vals})
+    # per block of 4 channels, every pixel in turn (one pass of all pixels, blocks in it, seq)
+    k.order(0, lambda: windows.raster(geo, False, group=npx, cblock=4, seq=True,
+                                      what="qpw_mve: per 4 channels, pixel after pixel"))
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(np.ascontiguousarray(q), f'{node.name}_pw')});")
+    return True
+
+
+def _emit_pairs(node, k, geo, p, wk, folded, x, y, wname, rev: bool, im2col: dict | None = None) -> bool:
+    """1x1 convolution, stride 1, 16 <= K <= 143 (or <= 524, word-aligned pixels), M % 4 == 0, batch 1:
+    qdotp_mve (qdot_mve's pixel pairs, the pass over all channel blocks in
+    one asm statement, the second pixel read at an offset of K); False when
+    the layer is not of that kind or needs a left shift. Same loop order as
+    qdot_mve (the caller declares it)."""
+    shift = np.clip(np.broadcast_to(np.asarray(p.rq.shift, np.int64), (geo.m,)), -128, 127)
+    lo, hi = p.rq.lo - p.rq.zp, p.rq.hi - p.rq.zp
+    npx = geo.out_hw[0] * geo.out_hw[1]
+    kk = wk.shape[1]
+    if im2col is not None:   # a window copied per pixel into a 16-aligned buffer, kk16 bytes apart (VLDRW beyond 143)
+        if im2col["kk16"] > 524 or kk < 16 or geo.m % 4 or geo.n != 1 or np.any(shift > 0) or npx < 2:
+            return False
+    else:
+        # the second pixel's chunk at an offset of K - 16 from the first's: VLDRB's reach (127), or
+        # VLDRW's (508) for word-aligned pixels (K % 4 == 0 in the 16-aligned arena, not a model input)
+        wide = 143 < kk <= 524 and kk % 4 == 0 and x.name not in k.graph.inputs
+        if (not (16 <= kk <= 143 or wide) or geo.m % 4 or geo.n != 1 or geo.strides != (1, 1)
+                or np.any(shift > 0) or npx < 2):
+            return False
+    sat = int(lo == -128 - p.rq.zp and hi == 127 - p.rq.zp)
+    fix = 0 if lo >= 0 else (2 if np.all(shift < 0) else 1)
+    nblk = geo.m // 4
+    cols = [int32_array(node, folded, "bias with the input zero point folded in"),
+            np.broadcast_to(np.asarray(p.rq.mult, np.int64), (geo.m,)), np.minimum(shift, 0)]
+    if not sat:
+        cols += [np.full(geo.m, hi), np.full(geo.m, lo), np.full(geo.m, p.rq.zp)]
+    q = np.concatenate([np.asarray(c, np.int64).reshape(nblk, 4) for c in cols], axis=1).astype(np.int32)
+    # per block of 4 channels: its weights ([chunk][4][16] bytes, as int32 words), then q's row
+    q = np.concatenate([_interleave(wk).reshape(nblk, -1).view(np.int32), q], axis=1)
+    vals = dict(P=npx, K=kk, M=geo.m, NF=kk // 16, T=kk % 16, zp=p.rq.zp, lo=lo, hi=hi, fix=fix, sat=sat,
+                rev=int(rev), im2col=int(im2col is not None))
+    if im2col is not None:   # every chunk of the padded window is loaded whole (zero weights past kk)
+        vals.update({f: im2col[f] for f in ("oh_n", "ow_n", "kh_n", "kw_n", "sh", "sw", "pt", "pl", "dh", "ih_n",
+                                             "iw_n", "cin", "sxb", "sxh", "sxw", "xzp", "oha", "ohb", "owa", "owb",
+                                             "kk16")}, NF=im2col["kk16"] // 16, T=0)
+    _helpers(k, copy=im2col is not None)
+    fn = k.kernel("qdotp_mve", {"name": _variant_name("s8", vals), **vals})
+    buf = f", {k.scratch_buf(2 * im2col['kk16'])}" if im2col is not None else ""
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(np.ascontiguousarray(q), f'{wname}_pq')}{buf});")
     return True
 
 
@@ -545,6 +623,18 @@ def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
     k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.const(g.astype(np.int32), 'qavgpool_geo')}, "
            f"{k.const(th.reshape(-1).astype(np.int32), 'pool_rows')}, "
            f"{k.const(tw.reshape(-1).astype(np.int32), 'pool_cols')}, {k.const(rc.view(np.int32), 'pool_recip')});")
+    return True
+
+
+def emit_qgap(op, node, ins, outs, k, params) -> bool:
+    """QLinearGlobalAveragePool, TFLM's MEAN with requantization, int8, NHWC,
+    at most 255 pixels (int16 lane sums), shift <= 0: qgap_mve."""
+    v = params
+    if v["n"] > 255 or v["shift"] > 0:
+        return False
+    _helpers(k)
+    fn = k.kernel("qgap_mve", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])});")
     return True
 
 

@@ -80,6 +80,8 @@ def emit_copy(k, dst: str, src: str, dtype: str, counts, dst_strides, src_stride
     if len(dims) == 1 and dims[0][1] == 1 and dims[0][2] == 1:
         k.line(f"memcpy({dst}, {src}, {dims[0][0] * size}u);")
         return
+    if size == 1 and _emit_scatter_mve(k, dst, src, dims):
+        return
     if len(dims) > MAX_DIMS:
         raise ValueError(f"strided copy over {len(dims)} dimensions (at most {MAX_DIMS})")
     contig = dims[-1][1] == 1 and dims[-1][2] == 1
@@ -89,6 +91,27 @@ def emit_copy(k, dst: str, src: str, dtype: str, counts, dst_strides, src_stride
     ds = k.const(np.array([d[1] for d in dims], np.int32), "copy_dst_stride")
     ss = k.const(np.array([d[2] for d in dims], np.int32), "copy_src_stride")
     k.line(f"{fn}({dst}, {src}, {n}, {ds}, {ss});")
+
+
+def _emit_scatter_mve(k, dst: str, src: str, dims) -> bool:
+    """Two dimensions of bytes, one contiguous on one side and strided by at
+    most 17 on the other (NCHW <-> NHWC of a few channels): copy_scatter_mve
+    on a Helium target (16 bytes per load/store pair, against one byte per
+    step of copy_strided). False otherwise."""
+    if k.target is None or not k.target.has("mve") or len(dims) != 2:
+        return False
+    for inner, outer in ((dims[1], dims[0]), (dims[0], dims[1])):
+        n, dd, sd = inner
+        if min(outer[1], outer[2]) < 0:
+            continue
+        for scatter in (True, False):
+            if (sd, dd)[not scatter] == 1 and 2 <= (dd, sd)[not scatter] <= 17:
+                v = dict(no=outer[0], dso=outer[1], sso=outer[2], ni=n, dd=dd, sd=sd, scatter=int(scatter))
+                k.kernel("requant_mve")   # arm_mve.h
+                fn = k.kernel("copy_scatter_mve", {"name": "_".join(str(v[f]) for f in sorted(v)), **v})
+                k.line(f"{fn}({dst}, {src});")
+                return True
+    return False
 
 
 def check_rank(node, t, what: str = "input") -> None:
