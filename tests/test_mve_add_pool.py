@@ -286,14 +286,62 @@ def test_cross_compile_strict(tmp_path):
 # NHWC shapes: a channel tail (13), batch 2, 255 pixels (the int16 sum's limit),
 # MobileNetV2's 3x3 x 1280 head; one pixel at a scale ratio of 4.5 (a left
 # shift) and 256 pixels go to the portable kernel
-GAPS = [(2, 5, 7, 13), (1, 15, 17, 24), (1, 3, 3, 1280), (1, 1, 1, 8), (1, 16, 16, 8)]
+GAPS = [(2, 5, 7, 13), (1, 15, 17, 24), (1, 3, 3, 1280), (1, 2, 3, 24), (1, 1, 1, 8), (1, 16, 16, 8)]
 
 
 @needs_qemu
-def test_global_avgpool_exact():
+def test_global_avgpool_ties():
+    """ONNX's rounding on exact ties, where the per-lane half-to-even step of
+    qgap_mve decides: x scale 1 -> y scale 0.5 over 16 pixels (multiplier
+    2^-3: shift < 0, a tie whenever the sum is 4 mod 8) and over 4 pixels
+    (2^-1: shift 0, a tie whenever the sum is odd). QEMU, the host build and
+    onnxruntime running DequantizeLinear -> GlobalAveragePool ->
+    QuantizeLinear as written all give the reference's values."""
+    import onnxruntime as ort
+    from onnx import TensorProto, numpy_helper
+    shapes = {"x0": (3, 4, 4, 40), "x1": (3, 2, 2, 40)}
+    nodes = [helper.make_node("QLinearGlobalAveragePool", [x, "p_s", "p_z", "h_s", "h_z"], [f"g{i}"], domain=MS,
+                              channels_last=1, name=f"gap{i}") for i, x in enumerate(shapes)]
+    model = qmodel(nodes, {x: (s, "int8") for x, s in shapes.items()}, {"g0": "int8", "g1": "int8"},
+                   {**qparams("p", 1.0, 0, "int8"), **qparams("h", 0.5, 0, "int8")})
+    rng = np.random.RandomState(3)
+    feeds = {x: rng.randint(-8, 8, s).astype(np.int8) for x, s in shapes.items()}
+    c = compile_model(model, board=BOARD, rounding="onnx")
+    assert sum(ln.strip().startswith("model__qgap_mve_") and ln.endswith(");") for ln in c.header.split("\n")) == 2
+    ref = _check_qemu(c, feeds)
+    _check_host(c, feeds)
+    sums = [feeds["x0"].astype(np.int64).sum(axis=(1, 2)), feeds["x1"].astype(np.int64).sum(axis=(1, 2))]
+    assert (sums[0] % 8 == 4).sum() > 10 and (sums[1] % 2 == 1).sum() > 20, "too few ties to test"
+    for i, (x, s) in enumerate(shapes.items()):
+        g = helper.make_graph(
+            [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("DequantizeLinear", ["t", "one", "zero"], ["d"]),
+             helper.make_node("GlobalAveragePool", ["d"], ["m"]),
+             helper.make_node("QuantizeLinear", ["m", "half", "zero"], ["y"])], "literal",
+            [helper.make_tensor_value_info("x", TensorProto.INT8, list(s))],
+            [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
+            [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+             numpy_helper.from_array(np.array(0, np.int8), "zero")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+            None, {"x": feeds[x]})[0]
+        got = np.asarray(ref[f"g{i}"]).reshape(want.shape[0], -1)
+        assert np.array_equal(got, want.reshape(want.shape[0], -1)), f"gap{i}: reference vs onnxruntime literal QDQ"
+
+
+@needs_qemu
+@pytest.mark.parametrize("rounding", ["tflm", "onnx"])
+def test_global_avgpool_exact(rounding):
     """QLinearGlobalAveragePool with requantization through qgap_mve: several
     output scales (shifts < 0, the rounding fix-up; one multiplier near 2)
-    and a fused clamp, bit-exact on QEMU and on the host."""
+    and a fused clamp, bit-exact on QEMU and on the host, with TFLM's MEAN
+    (vector requantization; a shift > 0 falls back) and with ONNX's one
+    rounding half to even (per lane, shifts < 0 and = 0 (gap3); a shift > 0
+    per channel (gap4))."""
     rng = np.random.RandomState(8)
     inits = {**qparams("x", 0.05, -3, "int8"), **qparams("y", 0.011, -5, "int8"), **qparams("z", 0.026, 17, "int8"),
              **qparams("u", 0.0254, -2, "int8")}
@@ -305,8 +353,12 @@ def test_global_avgpool_exact():
                                       [f"g{i}"], domain=MS, channels_last=1, name=f"gap{i}"))
     model = qmodel(nodes, inputs, {f"g{i}": "int8" for i in range(len(GAPS))}, inits)
     feeds = {k: rand_q(rng, s, "int8") for k, (s, _) in inputs.items()}
-    c = compile_model(model, board=BOARD)
-    assert c.header.count("__qgap_mve_") == 2 * (len(GAPS) - 2), "qgap_mve: all but the last two"
+    c = compile_model(model, board=BOARD, rounding=rounding)
+    calls = [ln for ln in c.header.split("\n") if ln.strip().startswith("model__qgap_mve_") and ln.endswith(");")]
+    # n = 256 > 255 always falls back; in TFLM's MEAN so do the shifts > 0 (gap3: 1,
+    # gap4 near 2), which ONNX's one rounding takes (gap3 at shift 0, per lane)
+    want = len(GAPS) - (3 if rounding == "tflm" else 1)
+    assert len(calls) == want, f"qgap_mve calls: {calls}"
     _check_qemu(c, feeds)
     c2 = _rerender(c, lambda n: (-0.3, 0.2) if n.name in ("gap0", "gap2") else None)
     ref = _check_qemu(c2, feeds)

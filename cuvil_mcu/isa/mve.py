@@ -627,12 +627,16 @@ def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
 
 
 def emit_qgap(op, node, ins, outs, k, params) -> bool:
-    """QLinearGlobalAveragePool, TFLM's MEAN with requantization, int8, NHWC,
-    at most 255 pixels (int16 lane sums), shift <= 0: qgap_mve."""
+    """QLinearGlobalAveragePool with requantization, int8, NHWC, at most 255
+    pixels (int16 lane sums): qgap_mve. TFLM's MEAN (shift <= 0: the vector
+    requantization) or, `single`, ONNX's one rounding half to even (the
+    vector sums requantized per channel by __requant_single)."""
     v = params
-    if v["n"] > 255 or v["shift"] > 0:
+    if v["n"] > 255 or (v["shift"] > 0 and not v["single"]):
         return False
     _helpers(k)
+    if v["single"]:
+        k.kernel("requant_fixed")
     fn = k.kernel("qgap_mve", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])});")
     return True

@@ -392,10 +392,11 @@ def _emit_gap(node, k, x, y, xs, mode, xs_, xz, ys, yz, lo, hi):
     else:
         kind = "fixed"
         mult, shift = mean_fixed_params(xs_, ys, n)
-        if (x.dtype == y.dtype == "int8" and channels_last(node)
-                and isa.emit("qgap", None, node, [x], [y], k, dict(nb=nb, c=c, n=n, xzp=xz, zp=yz, lo=lo, hi=hi,
-                                                                      mult=mult, shift=shift))):
-            return
+    if (kind in ("fixed", "single") and x.dtype == y.dtype == "int8" and channels_last(node)
+            and isa.emit("qgap", None, node, [x], [y], k, dict(nb=nb, c=c, n=n, xzp=xz, zp=yz, lo=lo, hi=hi,
+                                                                  mult=mult, shift=shift, single=kind == "single"))):
+        return
+    if kind == "fixed":
         k.kernel("requant_fixed")
     vals = dict(nb=nb, c=c, n=n, sxb=sxb, sxc=sxc, sxs=sxs, syb=c, syc=1, xzp=xz, yzp=yz, lo=lo, hi=hi,
                 mult=mult, shift=shift)
