@@ -421,3 +421,43 @@ def test_onnx_rounding_global_average_matches_literal_qdq():
         assert run_ref(m, {"x": x})[0].dtype == np.int8
         assert_exact(run_ref(m, {"x": x})[0], want, f"reference (y scale {ys}) vs onnxruntime literal QDQ")
         assert_exact(run_c(m, {"x": x})[0], want, f"C (y scale {ys}) vs onnxruntime literal QDQ")
+
+
+def test_single_rounding_helpers_in_c(tmp_path):
+    """The header's __requant_single and __div_even (ONNX's one rounding, half
+    to even) against quant.requantize_single / quant.div_even on the edges
+    (acc at INT32_MIN / INT32_MAX, multipliers 0 .. 2^31 - 1, every shift
+    from -31 to 30, exact ties) and random values, built with UBSan."""
+    import subprocess
+
+    from cuvil_mcu import quant
+    rng = np.random.RandomState(6)
+    m = _hand_pool_model()
+    c = compile_model(m, rounding="onnx")
+    assert "__requant_single(" in c.header and "__div_even(" in c.header
+    accs = [0, 1, -1, 2, -2, 3, -3, 2 ** 31 - 1, -2 ** 31, 2 ** 30, -2 ** 30] + list(rng.randint(-2 ** 31, 2 ** 31 - 1, 40))
+    mults = [0, 1, 2 ** 30, 2 ** 31 - 1, 1518500250] + list(rng.randint(2 ** 30, 2 ** 31 - 1, 6))
+    cases = np.array([(a, mu, sh) for a in accs for mu in mults for sh in range(-31, 31)], np.int64)
+    divs = np.array([(a, d) for a in list(range(-40, 41)) + [2 ** 31 - 1, -2 ** 31] for d in (1, 2, 3, 4, 9, 49, 64)],
+                    np.int64)
+    (tmp_path / "model.h").write_text(c.header)
+    (tmp_path / "t.c").write_text(
+        '#define MODEL_IMPLEMENTATION\n#include "model.h"\n#include <stdio.h>\n'
+        "int main(void)\n{\n    long a, m, s;\n    char k;\n"
+        "    while (scanf(\" %c %ld %ld %ld\", &k, &a, &m, &s) == 4)\n"
+        "        printf(\"%ld\\n\", k == 'r' ? (long)model__requant_single((int32_t)a, (int32_t)m, (int32_t)s)\n"
+        "                                    : (long)model__div_even((int32_t)a, (int32_t)m));\n"
+        "    return 0;\n}\n")
+    exe = tmp_path / "t"
+    subprocess.run(["gcc", "-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=undefined",
+                    "-fno-sanitize-recover=all", str(tmp_path / "t.c"), "-o", str(exe)], check=True)
+    lines = [f"r {a} {mu} {sh}" for a, mu, sh in cases] + [f"d {a} {d} 0" for a, d in divs]
+    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
+    got = np.array(out.stdout.split(), np.int64)
+    want = np.concatenate([quant.requantize_single(cases[:, 0], cases[:, 1], cases[:, 2]),
+                           quant.div_even(divs[:, 0], divs[:, 1])])
+    bad = np.flatnonzero(got != want)
+    assert got.shape == want.shape and bad.size == 0, \
+        f"{bad.size} differ; first: {lines[bad[0]]}: C {got[bad[0]]}, numpy {want[bad[0]]}"
+    ties = (cases[:, 1] == 2 ** 30) & (cases[:, 2] == -2) & (cases[:, 0] % 8 == 4)
+    assert ties.any() and np.all(quant.requantize_single(cases[ties, 0], 2 ** 30, -2) % 2 == 0)
