@@ -78,6 +78,7 @@ A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
 NKP_UNROLL_PW = 16   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
+NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 
 
 # Most bytes of the split activations of two pixels (arena scratch; the
@@ -314,7 +315,8 @@ def emit(node, x, w, outs, k, p) -> bool:
     # corr: the rounding's sign fix matters only for outputs above the clamp's low end
     corr = nat and int(p.rq.lo) < int(p.rq.zp)
     # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
-    nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
+    # (first layers: one per model and the most MACs per output, so the whole K unrolled)
+    nkp = k4 // 2 if nat and k4 // 2 <= (NKP_UNROLL_G if plan else NKP_UNROLL) else 0
     if nat and pw and sh == sw == 1:
         nkp = k4 // 2 if k4 // 2 <= NKP_UNROLL_PW else 0
         return emit_pw(node, x, outs, k, p, wpad, pairs, folded, mult, corr, nkp, xe, vals, rev, bound)
