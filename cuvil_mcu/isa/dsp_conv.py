@@ -26,7 +26,7 @@ xe[K-pair][pixel]; per K-pair: 2 activation and 2 weight loads, 2 SXTB16,
 8 SMLAD for 16 MACs. In the natural channel order (natural(): every real
 layer) the whole block loop of a pixel pair is one naked assembly function
 per kind (qconv2_blocks_dsp: sign fix or not, K unrolled up to NKP_UNROLL
-K-pairs or a loop of 8 entered by TBB), shared by the kernels: the four
+K-pairs, NKP_UNROLL_G for the gather, or a loop of 8 entered by TBB), shared by the kernels: the four
 loads in a row (5 cycles on the M4 against 7 for LDRD + 2 LDR), the first
 K-pair starting the accumulators from the biases, the requantization rows
 (records_natural) read by LDM, stores by immediate offsets; elsewhere (the
@@ -50,7 +50,8 @@ Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
 unrolled gather of word loads and shifts, K padded to 4 with zero weights,
-K <= GATHER_MAX; those whose rows are whole words, M % 8 == 0, "fast"
+K <= GATHER_MAX; windows inside the input take their row pointers straight
+from x, the others through the zero row and border copies; those whose rows are whole words, M % 8 == 0, "fast"
 requantization with SSAT run dsp_rows.py's qconvr_dsp instead, without
 xe, where the gather's buffers do not fit the leanest plan's room).
 xe (and the gather's zero row and border copies) are
