@@ -304,3 +304,34 @@ def test_arm_builds_every_opt_level(tmp_path, lang):
                    "-Wextra", "-Werror", "-pedantic", "-c", str(src), "-o", str(tmp_path / "tu.o")]
             r = subprocess.run(cmd, capture_output=True, text=True)
             assert r.returncode == 0, f"{' '.join(cmd)}:\n{r.stderr[-3000:]}"
+
+
+# first convolutions (the image models' layer 0: few input channels, the window gathered)
+FIRST = [
+    ((1, 3, 13, 12), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),   # MobileNetV2-like, K = 27 unrolled
+    ((1, 3, 12, 11), (8, 3, 3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1])),    # VWW-like (pad after only)
+    ((2, 3, 9, 8), (5, 3, 3, 3), dict(pads=[1, 1, 1, 1])),                      # odd M, stride 1, batch 2
+    ((1, 1, 10, 9), (8, 1, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),     # one channel: rows of 3 bytes
+    ((1, 4, 9, 10), (16, 4, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),    # C % 4 == 0: the general kernel
+    ((1, 3, 7, 9), (12, 3, 3, 3), dict(strides=[1, 2], pads=[2, 1, 0, 1])),     # uneven strides and padding
+    ((1, 3, 5, 5), (8, 3, 3, 3), dict(pads=[2, 2, 2, 2])),                      # most windows on the border
+]
+
+
+def test_first_convs_on_qemu():
+    """Random first layers bit-exact on the M4 (the gather's inside and
+    border paths, K = 27 unrolled, odd M, one and four input channels)."""
+    import shutil
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu.sim import qemu
+    board = "qemu-mps2-an386"
+    model, feeds = build([("conv", a, {}) for a in FIRST], seed=31)
+    c = compile_model(model, board=board)
+    assert "_k14_g3x9" in c.header and "_g3x3" in c.header
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        assert np.unique(ref[name]).size > 4, name
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")

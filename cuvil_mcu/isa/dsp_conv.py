@@ -26,7 +26,7 @@ xe[K-pair][pixel]; per K-pair: 2 activation and 2 weight loads, 2 SXTB16,
 8 SMLAD for 16 MACs. In the natural channel order (natural(): every real
 layer) the whole block loop of a pixel pair is one naked assembly function
 per kind (qconv2_blocks_dsp: sign fix or not, K unrolled up to NKP_UNROLL
-K-pairs or a loop of 8 entered by TBB), shared by the kernels: the four
+K-pairs, NKP_UNROLL_G for the gather, or a loop of 8 entered by TBB), shared by the kernels: the four
 loads in a row (5 cycles on the M4 against 7 for LDRD + 2 LDR), the first
 K-pair starting the accumulators from the biases, the requantization rows
 (records_natural) read by LDM, stores by immediate offsets; elsewhere (the
@@ -50,7 +50,8 @@ Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
 unrolled gather of word loads and shifts, K padded to 4 with zero weights,
-K <= GATHER_MAX; those whose rows are whole words, M % 8 == 0, "fast"
+K <= GATHER_MAX; windows inside the input take their row pointers straight
+from x, the others through the zero row and border copies; those whose rows are whole words, M % 8 == 0, "fast"
 requantization with SSAT run dsp_rows.py's qconvr_dsp instead, without
 xe, where the gather's buffers do not fit the leanest plan's room).
 xe (and the gather's zero row and border copies) are
@@ -78,6 +79,7 @@ A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
 NKP_UNROLL_PW = 16   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
+NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 
 
 # Most bytes of the split activations of two pixels (arena scratch; the
@@ -314,7 +316,8 @@ def emit(node, x, w, outs, k, p) -> bool:
     # corr: the rounding's sign fix matters only for outputs above the clamp's low end
     corr = nat and int(p.rq.lo) < int(p.rq.zp)
     # small K: the K-pairs unrolled in the kernel (one kernel per K), no loop
-    nkp = k4 // 2 if nat and k4 // 2 <= NKP_UNROLL else 0
+    # (first layers: one per model and the most MACs per output, so the whole K unrolled)
+    nkp = k4 // 2 if nat and k4 // 2 <= (NKP_UNROLL_G if plan else NKP_UNROLL) else 0
     if nat and pw and sh == sw == 1:
         nkp = k4 // 2 if k4 // 2 <= NKP_UNROLL_PW else 0
         return emit_pw(node, x, outs, k, p, wpad, pairs, folded, mult, corr, nkp, xe, vals, rev, bound)
