@@ -15,7 +15,9 @@ region's input and output with the output written over the input where the
 bands' order allows, and the region's own buffers) and the cost. The
 lowest estimate within the budget wins (among estimates within TOLERANCE of
 the lowest, the cheapest); the graph is rewritten, planned exactly, and
-kept only if the arena shrank. Rounds repeat while they help.
+kept only if the arena shrank. The estimate misses room the plan has, so
+the winner's region is also planned in taller bands (cheaper) while they
+plan within TOLERANCE of the lowest. Rounds repeat while they help.
 
 Cost is an estimate of instructions: a layer's work is its MACs plus OUT per
 output element (requantization, stores: int8 kernels run ~1 instruction per
