@@ -313,13 +313,13 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     fp16 = prec_mod.select(g, prec) if prec.any_fp16 else set()
     prec_mod.round_weights(g, fp16)
     target = b if opt_level >= 2 else None     # -O0/-O1: portable kernels
-    planned = []     # (graph, (plan, room)) of the last graph planned
+    planned = []     # (graph, (plan, room)) of every graph planned
 
     def evaluate(gg):
         low = []
-        planned[:] = [(gg, _plan(gg, prefix, target, algorithm, preserve_inputs, opt_level=opt_level,
-                                 fp16_nodes=fp16, used=low))]
-        return planned[0][1][0], lambda: planner.profile(gg, low[0].scratch, low[0].orders, preserve_inputs)
+        planned.append((gg, _plan(gg, prefix, target, algorithm, preserve_inputs, opt_level=opt_level,
+                                  fp16_nodes=fp16, used=low)))
+        return planned[-1][1][0], lambda: planner.profile(gg, low[0].scratch, low[0].orders, preserve_inputs)
     if patch:
         from .passes import tile
         budget = tile.DEFAULT_BUDGET if ram_vs_speed is None else float(ram_vs_speed)
@@ -327,9 +327,12 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
             raise CuvilError(f"--ram-vs-speed {ram_vs_speed}: give the extra work tiling may add as a fraction of "
                              f"the model's MACs, >= 0 (default {tile.DEFAULT_BUDGET})")
         g = tile.run(g, budget, evaluate)
-    if not planned or planned[0][0] is not g:
+    # the tile pass plans several graphs and keeps one (not always the last planned)
+    mine = [pr for gg, pr in planned if gg is g]
+    if not mine:
         evaluate(g)
-    plan, room = planned[0][1]
+        mine = [planned[-1][1]]
+    plan, room = mine[0]
     macs = 0
     counts: Counter = Counter()
     for n in g.nodes:
