@@ -114,6 +114,7 @@ def _emit_scatter_mve(k, dst: str, src: str, dims) -> bool:
         for scatter in (True, False):
             if (sd, dd)[not scatter] == 1 and 2 <= (dd, sd)[not scatter] <= 17:
                 v = dict(no=outer[0], dso=outer[1], sso=outer[2], ni=n, dd=dd, sd=sd, scatter=int(scatter))
+                k.kernel("mve_kernel")    # the kernels' noinline storage class
                 k.kernel("requant_mve")   # arm_mve.h
                 fn = k.kernel("copy_scatter_mve", {"name": "_".join(str(v[f]) for f in sorted(v)), **v})
                 k.line(f"{fn}({dst}, {src});")
