@@ -325,6 +325,21 @@ def parse_output(text: str, out_specs, samples: int) -> tuple[list[np.ndarray], 
 HARNESS_STACK = 384
 
 
+def harness_stack(board: str) -> int:
+    """The stack high-water mark of the harness alone on `board` (a one-Relu
+    float model): what a model's measured stack is counted beyond."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ..compiler import compile_model
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "h", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    r = simulate(compile_model(m, board=board), np.ones((1, 1, 4), np.float32))
+    return int(r.stack)
+
+
 def simulate(compiled, inputs, board: Board | str | None = None, timeout: float = DEFAULT_TIMEOUT,
              opt: str = firmware.OPT, extra_cflags: list[str] | tuple = (), check_budget: bool = True) -> SimResult:
     """Build the firmware for `compiled` with `inputs` (per model input,
