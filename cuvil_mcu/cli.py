@@ -386,8 +386,8 @@ def _common(p):
     p.add_argument("--rounding", choices=("auto", "tflm", "onnx"), default="auto",
                    help="where TFLM's and ONNX's integer rounding part (average pools, global averages, "
                         "requantizing Concat inputs), which fixed mode follows: tflm (bit-exact with TFLM) or "
-                        "onnx (a literal QDQ graph's); auto (default): tflm for models tf2onnx wrote, onnx for "
-                        "the rest")
+                        "onnx (a literal QDQ graph's); auto (default): tflm for models tf2onnx wrote and for "
+                        "--quantize, onnx for the rest")
     p.add_argument("--quantize", choices=("int8",),
                    help="post-training quantization of a float model (needs --calibration)")
     p.add_argument("--calibration", metavar="FILE.npz",

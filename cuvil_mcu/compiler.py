@@ -294,6 +294,12 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                                                   for n in g.nodes for o in n.outputs if o):
         quantize = "int8"   # --precision int8,...: a float model is quantized (needs --calibration)
     if quantize is not None or calibration is not None:
+        if rounding == "auto":
+            # our own quantizer's model: no other runtime defines its arithmetic, so
+            # fixed mode's own (TFLM's) rules, and their faster pool kernels
+            g.rounding = "tflm"
+            for n in g.nodes:
+                n.attrs.pop("_rounding", None)
         from . import ptq, ptq_rnn
         # --stream: calibrate whole utterances, not one call's frames
         cg = ptq_rnn.calibration_graph(model, input_shapes, calibration, g, verify_each) if stream else None

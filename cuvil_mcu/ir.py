@@ -114,7 +114,8 @@ class Graph:
     # Where TFLM's integer rounding and ONNX's differ beyond the shared
     # requantization (average pools: ties, the truncating mean), which one
     # "fixed" mode follows: "tflm" for models tf2onnx wrote (converted from
-    # TensorFlow / TFLite, whose reference is TFLM), "onnx" for the rest.
+    # TensorFlow / TFLite, whose reference is TFLM) and for --quantize (our
+    # own quantizer's), "onnx" for the rest.
     rounding: str = "tflm"
 
     def t(self, name: str) -> Tensor:
