@@ -85,13 +85,6 @@ def emit_copy(k, dst: str, src: str, dtype: str, counts, dst_strides, src_stride
     if len(dims) > MAX_DIMS:
         raise ValueError(f"strided copy over {len(dims)} dimensions (at most {MAX_DIMS})")
     contig = dims[-1][1] == 1 and dims[-1][2] == 1
-    if not contig:
-        # the longest dimension innermost: the element loop's per-row overhead (five
-        # index products) then runs least often (NCHW -> NHWC of 3 channels: 9,216
-        # rows of 3 elements become 3 rows of 9,216). Source and destination never
-        # overlap (no copy op runs in place), so the order is free.
-        longest = max(range(len(dims)), key=lambda i: (dims[i][0], i))
-        dims = dims[:longest] + dims[longest + 1:] + [dims[longest]]
     dims = [(1, 0, 0)] * (MAX_DIMS - len(dims)) + dims
     fn = k.kernel("copy_strided", {"name": ("rows_" if contig else "") + vname, "ctype": ctype, "contig": contig})
     n = k.const(np.array([d[0] for d in dims], np.int32), "copy_n")
