@@ -142,3 +142,26 @@ def check_strict(model, feeds: dict, modes=("fixed", "float")):
     for mode in modes:
         skipped += check_strict_builds(model, feeds, exact=True, requant=mode)
     return skipped
+
+
+def literal_qdq_pool(shape, x_q, y_q, attrs=None, channels_last: bool = False, out_shape=None) -> onnx.ModelProto:
+    """One int8 pool as a literal QDQ graph: DequantizeLinear -> AveragePool
+    (`attrs`) or GlobalAveragePool (attrs None) -> QuantizeLinear, input "x"
+    of `shape` (NHWC when channels_last: a Transpose to NCHW first), output
+    "y"; x_q, y_q: (scale, zero point). run_ort runs it with graph
+    optimizations off: ONNX's literal semantics, float32 between the two."""
+    nodes = [helper.make_node("DequantizeLinear", ["t" if channels_last else "x", "xs", "xz"], ["d"]),
+             helper.make_node("AveragePool", ["d"], ["p"], **attrs) if attrs is not None
+             else helper.make_node("GlobalAveragePool", ["d"], ["p"]),
+             helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["y"])]
+    if channels_last:
+        nodes.insert(0, helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]))
+    inits = [numpy_helper.from_array(np.array(v, dt), n)
+             for n, v, dt in (("xs", x_q[0], np.float32), ("xz", x_q[1], np.int8),
+                              ("ys", y_q[0], np.float32), ("yz", y_q[1], np.int8))]
+    g = helper.make_graph(nodes, "literal", [helper.make_tensor_value_info("x", onnx.TensorProto.INT8, list(shape))],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.INT8,
+                                                         None if out_shape is None else list(out_shape))], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m

@@ -23,8 +23,8 @@ from onnx import helper
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa.mve import add_mve_plan
 from cuvil_mcu.ops.qelementwise import add_fixed_params
-from helpers import STRICT_WARNINGS, run_strict_builds
-from qhelpers import MS, qmodel, qparams, rand_q, rerender, sim_exact
+from helpers import STRICT_WARNINGS, run_ort, run_strict_builds
+from qhelpers import MS, literal_qdq_pool, qmodel, qparams, rand_q, rerender, sim_exact
 
 BOARD = "qemu-mps3-an547"
 HAVE_TOOLS = shutil.which("arm-none-eabi-gcc") is not None and shutil.which("qemu-system-arm") is not None
@@ -297,8 +297,6 @@ def test_global_avgpool_ties():
     (2^-1: shift 0, a tie whenever the sum is odd). QEMU, the host build and
     onnxruntime running DequantizeLinear -> GlobalAveragePool ->
     QuantizeLinear as written all give the reference's values."""
-    import onnxruntime as ort
-    from onnx import TensorProto, numpy_helper
     shapes = {"x0": (3, 4, 4, 40), "x1": (3, 2, 2, 40)}
     nodes = [helper.make_node("QLinearGlobalAveragePool", [x, "p_s", "p_z", "h_s", "h_z"], [f"g{i}"], domain=MS,
                               channels_last=1, name=f"gap{i}") for i, x in enumerate(shapes)]
@@ -313,22 +311,7 @@ def test_global_avgpool_ties():
     sums = [feeds["x0"].astype(np.int64).sum(axis=(1, 2)), feeds["x1"].astype(np.int64).sum(axis=(1, 2))]
     assert (sums[0] % 8 == 4).sum() > 10 and (sums[1] % 2 == 1).sum() > 20, "too few ties to test"
     for i, (x, s) in enumerate(shapes.items()):
-        g = helper.make_graph(
-            [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
-             helper.make_node("DequantizeLinear", ["t", "one", "zero"], ["d"]),
-             helper.make_node("GlobalAveragePool", ["d"], ["m"]),
-             helper.make_node("QuantizeLinear", ["m", "half", "zero"], ["y"])], "literal",
-            [helper.make_tensor_value_info("x", TensorProto.INT8, list(s))],
-            [helper.make_tensor_value_info("y", TensorProto.INT8, None)],
-            [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-             numpy_helper.from_array(np.array(0.5, np.float32), "half"),
-             numpy_helper.from_array(np.array(0, np.int8), "zero")])
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-        m.ir_version = 8
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
-            None, {"x": feeds[x]})[0]
+        want = run_ort(literal_qdq_pool(s, (1.0, 0), (0.5, 0), channels_last=True), {"x": feeds[x]})[0]
         got = np.asarray(ref[f"g{i}"]).reshape(want.shape[0], -1)
         assert np.array_equal(got, want.reshape(want.shape[0], -1)), f"gap{i}: reference vs onnxruntime literal QDQ"
 

@@ -14,7 +14,7 @@ cuvil.QMaxPool vs onnxruntime's MaxPool on the same int8/uint8 tensor: exact.
 """
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from cuvil_mcu import passes
 from cuvil_mcu.compiler import compile_model
@@ -23,7 +23,7 @@ from cuvil_mcu.ir import Node
 from cuvil_mcu.ops.qpool import window_tables
 from cuvil_mcu.passes import layout
 from helpers import run_c, run_ort, run_ref
-from qhelpers import MS, assert_exact, check_modes, lsb_diff, qmodel, qparams, rand_q
+from qhelpers import MS, assert_exact, check_modes, literal_qdq_pool, lsb_diff, qmodel, qparams, rand_q
 from test_qelementwise import MODELS, _run_model_samples
 
 AVG_CASES = [
@@ -257,33 +257,14 @@ HAND_FEEDS = {"a": np.array([2, 3, -2, -3], np.int8).reshape(1, 1, 1, 4),
 def _literal_qdq_pools(feeds) -> dict:
     """The hand model's pools as DequantizeLinear -> (Global)AveragePool ->
     QuantizeLinear, run by onnxruntime with graph optimizations off."""
-    import onnxruntime as ort
     S = {"z": (0.5, 0), "o": (0.5, 1), "t": (0.25, 2)}
     cases = [("avg", "a", "z", "z", dict(kernel_shape=[1, 2], strides=[1, 2])),
              ("avg_zp", "a", "o", "o", dict(kernel_shape=[1, 2], strides=[1, 2])),
              ("avg_pad", "b", "t", "t", dict(kernel_shape=[1, 2], strides=[1, 2], pads=[0, 1, 0, 1],
                                            count_include_pad=1)),
              ("mean", "c", "z", "z", None), ("mean_rq", "d", "z", "o", None)]
-    nodes, inits = [], []
-    for k, (s, z) in S.items():
-        inits += [numpy_helper.from_array(np.array(s, np.float32), f"{k}_s"),
-                  numpy_helper.from_array(np.array(z, np.int8), f"{k}_z")]
-    for name, x, qi, qo, attrs in cases:
-        nodes.append(helper.make_node("DequantizeLinear", [x, f"{qi}_s", f"{qi}_z"], [f"{name}_dq"]))
-        if attrs is None:
-            nodes.append(helper.make_node("GlobalAveragePool", [f"{name}_dq"], [f"{name}_f"]))
-        else:
-            nodes.append(helper.make_node("AveragePool", [f"{name}_dq"], [f"{name}_f"], **attrs))
-        nodes.append(helper.make_node("QuantizeLinear", [f"{name}_f", f"{qo}_s", f"{qo}_z"], [name]))
-    g = helper.make_graph(nodes, "literal", [helper.make_tensor_value_info(n, TensorProto.INT8, list(v.shape))
-                                             for n, v in feeds.items()],
-                          [helper.make_tensor_value_info(c[0], TensorProto.INT8, None) for c in cases], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    outs = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    return dict(zip([c[0] for c in cases], outs))
+    return {name: run_ort(literal_qdq_pool(feeds[x].shape, S[qi], S[qo], attrs), {"x": feeds[x]})[0]
+            for name, x, qi, qo, attrs in cases}
 
 
 def test_rounding_option_overrides_the_origin():
@@ -399,27 +380,14 @@ def test_onnx_rounding_global_average_matches_literal_qdq():
     every output equal (TFLM's MEAN, double rounding, put 11% a step off),
     in the reference and in the generated C; also with equal parameters
     (ties half to even in the centered domain)."""
-    import onnxruntime as ort
     rng = np.random.RandomState(4)
     for ys, yz in ((0.008483218, -128), (0.039716974, -128)):
-        nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["d"]),
-                 helper.make_node("GlobalAveragePool", ["d"], ["p"]),
-                 helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["y"])]
-        inits = [numpy_helper.from_array(np.array(0.039716974, np.float32), "xs"),
-                 numpy_helper.from_array(np.array(-128, np.int8), "xz"),
-                 numpy_helper.from_array(np.array(ys, np.float32), "ys"),
-                 numpy_helper.from_array(np.array(yz, np.int8), "yz")]
-        g = helper.make_graph(nodes, "gap", [helper.make_tensor_value_info("x", TensorProto.INT8, [8, 64, 7, 7])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT8, [8, 64, 1, 1])], inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-        m.ir_version = 8
+        m = literal_qdq_pool((8, 64, 7, 7), (0.039716974, -128), (ys, yz), out_shape=(8, 64, 1, 1))
         x = np.clip(rng.exponential(30.0, (8, 64, 7, 7)) - 128, -128, 127).astype(np.int8)
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
-            None, {"x": x})[0]
-        assert run_ref(m, {"x": x})[0].dtype == np.int8
-        assert_exact(run_ref(m, {"x": x})[0], want, f"reference (y scale {ys}) vs onnxruntime literal QDQ")
+        want = run_ort(m, {"x": x})[0]
+        ref = run_ref(m, {"x": x})[0]
+        assert ref.dtype == np.int8
+        assert_exact(ref, want, f"reference (y scale {ys}) vs onnxruntime literal QDQ")
         assert_exact(run_c(m, {"x": x})[0], want, f"C (y scale {ys}) vs onnxruntime literal QDQ")
 
 

@@ -10,10 +10,8 @@ from ..ir import Graph
 # the integer ops whose "fixed" results depend on _rounding
 ROUNDING_OPS = ("com.microsoft.QLinearAveragePool", "com.microsoft.QLinearGlobalAveragePool",
                 "com.microsoft.QLinearConcat")
-
-
-ROUNDING_NOTE = (" round as a literal QDQ graph does (ties to even, one rounding), not as TFLM: the model "
-                 "was not written by tf2onnx (--rounding tflm for TFLM's rules)")
+ROUNDING_NOTE = (" round as a literal QDQ graph does (ties to even, one rounding), not as TFLM (--rounding "
+                 "auto picks this for a model tf2onnx did not write; --rounding tflm for TFLM's rules)")
 
 
 def run(g: Graph) -> Graph:
