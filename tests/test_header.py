@@ -602,3 +602,19 @@ def test_golden_header(filename):
         shown = "\n".join(lines[:80]) + (f"\n... ({len(lines) - 80} more diff lines)" if len(lines) > 80 else "")
         pytest.fail(f"generated header differs from tests/golden/{filename}. If the change is intended, "
                     f"review the diff and run `python tests/update_golden.py`:\n{shown}", pytrace=False)
+
+
+def test_kernel_name_must_tell_renderings_apart():
+    """Emitter.kernel renders a function once per name: a second variant under
+    the same name that would render other C is a compiler bug, caught at gen
+    time instead of silently calling the first rendering; a variant that
+    renders the same C shares the function."""
+    from cuvil_mcu.codegen import Emitter
+    from cuvil_mcu.ir import Graph
+    k = Emitter("m", Graph("g", {}, [], [], []), None)
+    same = {"name": "t", "mmr": 1, "mo": 3, "nh": 0, "nl": 0, "e": 0, "c": 0, "lo": -128, "hi": 127}
+    fn = k.kernel("qadd_tab_dsp", same)
+    assert k.kernel("qadd_tab_dsp", dict(same, unused=1)) == fn     # the same C: shared
+    assert len(k.kernels) == 1
+    with pytest.raises(RuntimeError, match="m__qadd_tab_dsp_t rendered differently"):
+        k.kernel("qadd_tab_dsp", dict(same, mo=5))

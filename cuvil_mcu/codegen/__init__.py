@@ -105,6 +105,7 @@ class Emitter:
     consts: dict[str, Const] = field(default_factory=dict)  # symbol -> const
     body: list[str] = field(default_factory=list)
     _const_by_key: dict = field(default_factory=dict)
+    _variant_seen: dict = field(default_factory=dict)   # function name -> variants rendered the same
     node = None
     target: object = None   # the Board: ISA features for kernel variants (cuvil_mcu.isa)
     opt_level: int = 3      # gen -O: below 3, no shape-specialized kernel variants
@@ -274,12 +275,24 @@ class Emitter:
                 self.isa_used[self.node.name] = feature
         if variant and variant.get("name"):
             fname += "_" + variant["name"]
+        key = repr(sorted((variant or {}).items()))
         if fname not in self.kernels:
             if variant and any(variant.get(f) for f in ("fp16", "ha", "hb")):
                 self.kernel("fp16")   # the half-precision helpers come first
-            tpl = env().get_template(f"kernels/{template}.c.j2")
-            self.kernels[fname] = tpl.render(p=self.prefix, fn=fname, v=variant or {}).rstrip() + "\n"
+            self.kernels[fname] = self._render(template, fname, variant)
+            self._variant_seen[fname] = {key}
+        elif key not in self._variant_seen[fname]:
+            # Another variant under a name already taken: it must render the same C, or the
+            # name would silently stand for the first rendering (a wrong kernel, not an error).
+            if self._render(template, fname, variant) != self.kernels[fname]:
+                raise RuntimeError(f"internal error: kernel {fname} rendered differently for variant {key}; "
+                                   f"its name must carry what tells the renderings apart")
+            self._variant_seen[fname].add(key)
         return fname
+
+    def _render(self, template: str, fname: str, variant: dict | None) -> str:
+        tpl = env().get_template(f"kernels/{template}.c.j2")
+        return tpl.render(p=self.prefix, fn=fname, v=variant or {}).rstrip() + "\n"
 
     def call(self, template: str, args: list, variant: dict | None = None) -> None:
         fname = self.kernel(template, variant)
