@@ -399,7 +399,8 @@ def test_add_mla_arithmetic():
 
 
 def _add_mla_model():
-    """Each ADD_CASES node on all 256 x 256 input pairs; then a chain on an
+    """Each ADD_CASES node (and one of wide scale ratio) on all 256 x 256
+    input pairs; then a chain on an
     odd element count (the kernel's one-element tail) whose second Add
     writes over its first's output (in place)."""
     from qhelpers import MS
@@ -409,15 +410,19 @@ def _add_mla_model():
             inits[f"{n}{i}_s"], inits[f"{n}{i}_z"] = np.float32(s), np.int8(z)
         ins = ["a", f"a{i}_s", f"a{i}_z", "b", f"b{i}_s", f"b{i}_z", f"y{i}_s", f"y{i}_z"]
         nodes.append(helper.make_node("QLinearAdd", ins, [f"y{i}"], domain=MS, name=f"add{i}"))
-    for n, s, z in (("c", 0.03, 5), ("d", 0.05, -9), ("z", 0.06, 2), ("w", 0.08, -1)):
+    for n, s, z in (("c", 0.03, 5), ("d", 0.05, -9), ("z", 0.06, 2), ("w", 0.08, -1),
+                    ("p", 0.6, 66), ("q", 0.005, -104), ("r", 0.0025, -62)):
         inits[f"{n}_s"], inits[f"{n}_z"] = np.float32(s), np.int8(z)
+    # A's scale 240 times the output's: alpha needs more than 16 bits (MLA, not SMLABB)
+    nodes.append(helper.make_node("QLinearAdd", ["a", "p_s", "p_z", "b", "q_s", "q_z", "r_s", "r_z"], ["yw"],
+                                  domain=MS, name="wide"))
     nodes.append(helper.make_node("QLinearAdd", ["c", "c_s", "c_z", "d", "d_s", "d_z", "z_s", "z_z"], ["z"],
                                   domain=MS, name="chain0"))
     nodes.append(helper.make_node("QLinearAdd", ["z", "z_s", "z_z", "c", "c_s", "c_z", "w_s", "w_z"], ["w"],
                                   domain=MS, name="chain1"))
-    grid, odd = (1, 256, 256), (1, 3, 5, 7)
+    grid, odd = (1, 256, 256), (1, 3, 5, 9)   # odd: 135 = 16 * 8 + 4 + 3
     model = qmodel(nodes, {"a": (grid, "int8"), "b": (grid, "int8"), "c": (odd, "int8"), "d": (odd, "int8")},
-                   {**{f"y{i}": "int8" for i in range(len(ADD_CASES))}, "w": "int8"}, inits)
+                   {**{f"y{i}": "int8" for i in range(len(ADD_CASES))}, "yw": "int8", "w": "int8"}, inits)
     codes = np.arange(-128, 128, dtype=np.int8)
     a, b = np.meshgrid(codes, codes, indexing="ij")
     rng = np.random.RandomState(32)
@@ -429,8 +434,9 @@ def _add_mla_model():
 @pytest.mark.parametrize("board", ["host-c", "qemu-mps2-an386"])
 def test_add_mla(board):
     """qadd_mla_dsp in the DSP header on all input pairs of the ADD_CASES
-    (Relu clamps included), a one-element tail, B as the linear input (the
-    chain's first Add: the operands swap) and an in-place Add: plain C on
+    (Relu clamps included; 16- and 32-bit multipliers), the 4- and 1-element
+    tails, B as the linear input (the chain's first Add: the operands swap)
+    and an in-place Add: plain C on
     the host, the real SSAT with the shift on QEMU; equal to the reference
     bit for bit."""
     from qhelpers import rerender
@@ -438,7 +444,8 @@ def test_add_mla(board):
     relu = {f"add{i}" for i, case in enumerate(ADD_CASES) if case[-1]}
     c = rerender(compile_model(model, board=BOARD), lambda n: (0.0, float("inf")) if n.name in relu else None)
     calls = [ln.strip() for ln in c.header.split("\n") if "__qadd_mla_dsp_" in ln and ln.strip().startswith("model")]
-    assert len(calls) == len(ADD_CASES) + 2 and "__qadd_tab_dsp_" not in c.header, calls
+    assert len(calls) == len(ADD_CASES) + 3 and "__qadd_tab_dsp_" not in c.header, calls
+    assert "smlatb" in c.header and "mla %[t0]" in c.header, "both multiplier widths"
     assert "asr #" in c.header and "y0 < 4 ? 4 : y0" in c.header    # SSAT with the shift; the Relu's clamp
     (_, _, u0), (out, x, u) = ([p.strip() for p in ln.split("(", 1)[1].split(",")[:3]] for ln in calls[-2:])
     assert out in (x, u), f"the chain's second Add is not in place: {calls[-1]}"
