@@ -331,15 +331,125 @@ def test_add_tables_arithmetic():
 
 
 @pytest.mark.parametrize("board", ["host-c", "qemu-mps2-an386"])
-def test_add_tables(board):
-    """The table kernel in the DSP header: plain C on the host, the real
-    SMMULR / SSAT on QEMU; both equal the reference bit for bit."""
+def test_add_tables(board, monkeypatch):
+    """The table kernel in the DSP header (the fallback of qadd_mla_dsp, so
+    that one is switched off here): plain C on the host, the real SMMULR /
+    SSAT on QEMU; both equal the reference bit for bit."""
     from qhelpers import rerender
+    from cuvil_mcu.isa import dsp
+    monkeypatch.setattr(dsp, "add_mla_plan", lambda *a, **kw: None)
     model, feeds = _add_model()
     relu = {f"add{i}" for i, case in enumerate(ADD_CASES) if case[-1]}
     c = rerender(compile_model(model, board=BOARD), lambda n: (0.0, float("inf")) if n.name in relu else None)
     assert c.header.count("__qadd_tab_dsp_") >= len(ADD_CASES) and "__qadd_s8_" not in c.header
     assert "asr #" in c.header and "y < 4 ? 4 : y" in c.header    # SSAT with the shift; the Relu's clamp
+    if board == "host-c":
+        assert_graph_outputs_exact(c.graph, run_host(c, feeds), feeds, min_unique=4)
+        return
+    import shutil
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu.sim import qemu
+    r = qemu.simulate(c, {n: feeds[n] for n in c.graph.inputs}, board)
+    ref = reference.run(c.graph, feeds)
+    for name, o in zip(c.graph.outputs, r.outputs):
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+
+
+# --- QLinearAdd as x * alpha + t[u] >> m (qadd_mla_dsp) ---------------------------
+
+def _tflm_add(x, sa, za, sb, zb, sy, zy, lo, hi):
+    """TFLM's int8 add written out (MBQM with left shift 20): y[i, j] for
+    A = x[i], B = x[j]."""
+    from cuvil_mcu.ops.qelementwise import add_fixed_params
+    m1, s1, m2, s2, mo, so = add_fixed_params(np.float32(sa), np.float32(sb), np.float32(sy))
+    v1 = quant.requantize_fixed((x[:, None] - za) * (1 << 20), m1, s1)
+    v2 = quant.requantize_fixed((x[None, :] - zb) * (1 << 20), m2, s2)
+    return np.clip(quant.requantize_fixed(v1 + v2, mo, so) + zy, lo, hi)
+
+
+def test_add_mla_arithmetic():
+    """The plan's multiply-accumulate and shift, evaluated here in int64,
+    equal TFLM's add on every pair of int8 inputs and stay within int32:
+    the ADD_CASES (with and without Relu) with A and B in either order
+    (the larger-scale input is the linear one) and 40 random scale / zero
+    point triples, every one of which must find a plan."""
+    from cuvil_mcu.isa.dsp import add_mla_plan
+    from cuvil_mcu.ops.qelementwise import add_fixed_params
+    x = np.arange(-128, 128, dtype=np.int64)
+    rng = np.random.RandomState(11)
+    rand = [(*np.exp(rng.uniform(-6, 0, 2)), *rng.randint(-128, 128, 1), np.exp(rng.uniform(-6, 0)), 0, 0)
+            for _ in range(40)]
+    swapped = [(sb, zb, sa, za, sy, zy, relu) for sa, za, sb, zb, sy, zy, relu in ADD_CASES]
+    cases = [(c, (0, 1)) for c in ADD_CASES + swapped] + \
+        [((float(sa), int(rng.randint(-128, 128)), float(sb), int(zb), float(sy), int(rng.randint(-128, 128)),
+           bool(i % 3 == 0)), (0, 1)) for i, (sa, sb, zb, sy, _, _) in enumerate(rand)]
+    for (sa, za, sb, zb, sy, zy, relu), lins in cases:
+        lo = max(zy, -128) if relu else -128
+        plan = add_mla_plan("int8", za, zb, zy, add_fixed_params(np.float32(sa), np.float32(sb), np.float32(sy)),
+                            lo, 127, lins=lins)
+        what = str((sa, za, sb, zb, sy, zy, relu, lins))
+        assert plan is not None and plan["lin"] == (0 if sa >= sb else 1), what
+        t = plan["t"].astype(np.int64)[x & 0xFF]
+        v = plan["alpha"] * x[:, None] + t[None, :]          # rows: the linear input
+        assert v.min() >= -2 ** 31 and v.max() < 2 ** 31, what
+        y = np.clip(v >> plan["m"], lo, 127)
+        want = _tflm_add(x, sa, za, sb, zb, sy, zy, lo, 127)
+        np.testing.assert_array_equal(y, want if plan["lin"] == 0 else want.T, err_msg=what)
+
+
+def _add_mla_model():
+    """Each ADD_CASES node (and one of wide scale ratio) on all 256 x 256
+    input pairs; then a chain on an
+    odd element count (the kernel's one-element tail) whose second Add
+    writes over its first's output (in place)."""
+    from qhelpers import MS
+    nodes, inits = [], {}
+    for i, (sa, za, sb, zb, sy, zy, relu) in enumerate(ADD_CASES):
+        for n, s, z in (("a", sa, za), ("b", sb, zb), ("y", sy, zy)):
+            inits[f"{n}{i}_s"], inits[f"{n}{i}_z"] = np.float32(s), np.int8(z)
+        ins = ["a", f"a{i}_s", f"a{i}_z", "b", f"b{i}_s", f"b{i}_z", f"y{i}_s", f"y{i}_z"]
+        nodes.append(helper.make_node("QLinearAdd", ins, [f"y{i}"], domain=MS, name=f"add{i}"))
+    for n, s, z in (("c", 0.03, 5), ("d", 0.05, -9), ("z", 0.06, 2), ("w", 0.08, -1),
+                    ("p", 0.6, 66), ("q", 0.005, -104), ("r", 0.0025, -62)):
+        inits[f"{n}_s"], inits[f"{n}_z"] = np.float32(s), np.int8(z)
+    # A's scale 240 times the output's: alpha needs more than 16 bits (MLA, not SMLABB)
+    nodes.append(helper.make_node("QLinearAdd", ["a", "p_s", "p_z", "b", "q_s", "q_z", "r_s", "r_z"], ["yw"],
+                                  domain=MS, name="wide"))
+    nodes.append(helper.make_node("QLinearAdd", ["c", "c_s", "c_z", "d", "d_s", "d_z", "z_s", "z_z"], ["z"],
+                                  domain=MS, name="chain0"))
+    nodes.append(helper.make_node("QLinearAdd", ["z", "z_s", "z_z", "c", "c_s", "c_z", "w_s", "w_z"], ["w"],
+                                  domain=MS, name="chain1"))
+    grid, odd = (1, 256, 256), (1, 3, 5, 9)   # odd: 135 = 16 * 8 + 4 + 3
+    model = qmodel(nodes, {"a": (grid, "int8"), "b": (grid, "int8"), "c": (odd, "int8"), "d": (odd, "int8")},
+                   {**{f"y{i}": "int8" for i in range(len(ADD_CASES))}, "yw": "int8", "w": "int8"}, inits)
+    codes = np.arange(-128, 128, dtype=np.int8)
+    a, b = np.meshgrid(codes, codes, indexing="ij")
+    rng = np.random.RandomState(32)
+    feeds = {"a": a.reshape(grid), "b": b.reshape(grid),
+             "c": rng.randint(-128, 128, odd).astype(np.int8), "d": rng.randint(-128, 128, odd).astype(np.int8)}
+    return model, feeds
+
+
+@pytest.mark.parametrize("board", ["host-c", "qemu-mps2-an386"])
+def test_add_mla(board):
+    """qadd_mla_dsp in the DSP header on all input pairs of the ADD_CASES
+    (Relu clamps included; 16- and 32-bit multipliers), the 4- and 1-element
+    tails, B as the linear input (the chain's first Add: the operands swap)
+    and an in-place Add: plain C on
+    the host, the real SSAT with the shift on QEMU; equal to the reference
+    bit for bit."""
+    from qhelpers import rerender
+    model, feeds = _add_mla_model()
+    relu = {f"add{i}" for i, case in enumerate(ADD_CASES) if case[-1]}
+    c = rerender(compile_model(model, board=BOARD), lambda n: (0.0, float("inf")) if n.name in relu else None)
+    calls = [ln.strip() for ln in c.header.split("\n") if "__qadd_mla_dsp_" in ln and ln.strip().startswith("model")]
+    assert len(calls) == len(ADD_CASES) + 3 and "__qadd_tab_dsp_" not in c.header, calls
+    assert "smlatb" in c.header and "mla %[t0]" in c.header, "both multiplier widths"
+    assert "asr #" in c.header and "y0 < 4 ? 4 : y0" in c.header    # SSAT with the shift; the Relu's clamp
+    (_, _, u0), (out, x, u) = ([p.strip() for p in ln.split("(", 1)[1].split(",")[:3]] for ln in calls[-2:])
+    assert out in (x, u), f"the chain's second Add is not in place: {calls[-1]}"
+    assert u0 == u, f"the chain's first Add (B of the larger scale) did not swap: {calls[-2:]}"   # both read c
     if board == "host-c":
         assert_graph_outputs_exact(c.graph, run_host(c, feeds), feeds, min_unique=4)
         return

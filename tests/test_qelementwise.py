@@ -608,12 +608,13 @@ def test_qadd_fast_64bit_multiply_path(monkeypatch):
 @pytest.mark.skipif(not __import__("shutil").which("qemu-system-arm"), reason="qemu-system-arm not installed")
 @pytest.mark.parametrize("case", [QADD_CASES[1], QADD_CASES[3]])
 def test_qadd_fast_all_pairs_on_m4(case):
-    """All 256 x 256 input pairs through the SMMULR / SSAT form on an emulated
-    Cortex-M4 (mps2-an386): equal to the reference."""
+    """All 256 x 256 input pairs through the DSP board's Add (qadd_mla_dsp:
+    SMLABB or MLA, SSAT with the shift) on an emulated Cortex-M4
+    (mps2-an386): equal to the reference."""
     from cuvil_mcu.sim import qemu
     m, feeds = _add_all_pairs_model("int8", case)
     c = compile_model(m, board="qemu-mps2-an386", requant="fixed")
-    assert "smmulr" in c.header
+    assert "__qadd_mla_dsp_" in c.header
     r = qemu.simulate(c, [feeds[k][None] for k in c.graph.inputs], "qemu-mps2-an386")
     ref = run_ref(m, feeds, requant="fixed")[0]
     assert_exact(r.outputs[0].reshape(ref.shape), ref, "qadd_s8 on an386 vs reference")

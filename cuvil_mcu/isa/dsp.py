@@ -24,8 +24,10 @@ below):
   halfword pairs, 2 outputs per pass, 4-instruction requantization.
 - dsp_fc.py -> qfc2_dsp: fully connected with the paired-channel halfwords,
   each activation word shared by 4 channel pairs.
-- emit_qadd -> qadd_tab_dsp: QLinearAdd with each input's scaled value
-  looked up in a 256-entry table (add_tables).
+- emit_qadd -> qadd_mla_dsp: QLinearAdd as x * alpha + t[u] >> m, one
+  input linear, the other through a 256-entry table (add_mla_plan), else
+  qadd_tab_dsp: each input's scaled value looked up in a 256-entry table
+  (add_tables).
 
 Handled (else the functions return False and the portable kernel runs):
 - qconv, general (QLinearConv, NHWC, one group, dilation 1) -> qconv_dsp:
@@ -362,21 +364,86 @@ def add_tables(plan) -> tuple[np.ndarray, np.ndarray]:
     return ((ta & 0xFFFFFFFF).astype(np.uint32).view(np.int32), (tb & 0xFFFFFFFF).astype(np.uint32).view(np.int32))
 
 
+# (fraction bits of the sum, bound on |alpha|) tried in order: first a 16-bit alpha (SMLABB /
+# SMLATB on halfword pairs of x: 2 instructions fewer per 4 elements), then any alpha whose
+# products with int8 stay within int32 (22 bits leave y within +-512 in int32)
+MLA_SHIFTS = (*((m, 1 << 15) for m in range(15, 8, -1)), *((m, 1 << 24) for m in range(22, 13, -1)))
+MLA_SPAN = 64                    # multipliers tried either side of the ideal one
+
+
+def add_mla_plan(dt, za, zb, zc, params, lo, hi, lins=(0, 1)) -> dict | None:
+    """qadd_mla_dsp's constants: which input is linear (lin 0: A, 1: B; lins
+    the ones tried), the shift m, the multiplier alpha and the table t (by
+    byte code of the other input) with clamp((x * alpha + t[u]) >> m, lo,
+    hi) == the reference on all 256 x 256 pairs, every sum within int32; or
+    None.
+
+    Why it exists: TFLM's add is a monotone step function of the two scaled
+    inputs whose real slopes are sa/sc and sb/sc. With m fraction bits, the
+    linear input's term is x * alpha (alpha near 2^m sa/sc); for each code
+    u of the other input the exact outputs over the 256 codes x bound t[u]
+    to an interval (a saturated output only bounds it on one side), and
+    alpha is searched until every interval is non-empty. The rounding
+    steps (per-input MBQM, the output's double rounding) move the step
+    edges by far less than one code's gap, so an alpha is found for
+    ordinary scales (all 60 random scale triples of the tests, every Add of
+    the shared models and MobileNetV2)."""
+    from ..ops.qelementwise import add_all_pairs
+    m1, s1, m2, s2, mo, so = params
+    codes, y = add_all_pairs(dt, za, zb, zc, params, lo, hi)
+    top = 1 << 31
+    # the input of the larger scale first: its MBQM is exact ((x - zp) * 2^19), so its
+    # term is linear but for the shift's fraction; the other one's roundings go to the table
+    order = (0, 1) if (m1, s1) == (1 << 30, 0) else (1, 0)
+    for lin in (i for i in order if i in lins):
+        yy, mx, sx = (y, m1, s1) if lin == 0 else (y.T, m2, s2)
+        slope = mx * 2.0 ** (sx - 31) * 2.0 ** 20 * mo * 2.0 ** (so - 31)    # output codes per input code
+        for m, cap in MLA_SHIFTS:
+            low = np.where(yy <= lo, -top, yy << m)
+            high = np.where(yy >= hi, top, (yy + 1) << m)       # exclusive
+            a0 = int(round(slope * (1 << m)))
+            cands = [c for c in sorted(range(a0 - MLA_SPAN, a0 + MLA_SPAN + 1), key=lambda v: abs(v - a0))
+                     if abs(c) < cap]
+            for i in range(0, len(cands), 16):
+                al = np.array(cands[i:i + 16], np.int64)[:, None, None]
+                ax = al * codes[None, :, None]
+                tlo, thi = (low[None] - ax).max(1), (high[None] - ax).min(1)
+                ok = (tlo < thi).all(1)
+                if not ok.any():
+                    continue
+                j = int(np.argmax(ok))
+                alpha, t = int(al[j, 0, 0]), (tlo[j] + thi[j] - 1) // 2
+                v = alpha * codes[:, None] + t[None, :]
+                if v.min() >= -top and v.max() < top and np.array_equal(np.clip(v >> m, lo, hi), yy):
+                    return {"lin": lin, "m": m, "alpha": alpha, "t": t.astype(np.int32), "h16": abs(alpha) < 1 << 15}
+    return None
+
+
 def emit_qadd(op, node, ins, outs, k, params) -> bool:
-    """QLinearAdd (fixed mode, int8, same-shape A, B and Y) through two
-    256-entry tables of the inputs' scaled values (qadd_tab_dsp; 2 KB of
-    flash per node, ~40 % fewer cycles per element than qadd_s8)."""
+    """QLinearAdd (fixed mode, int8, same-shape A, B and Y): one multiply-
+    accumulate with a table of the other input (qadd_mla_dsp, 1 KB of flash
+    per node, ~7 instructions per element on the M4), else two 256-entry
+    tables of the inputs' scaled values (qadd_tab_dsp; 2 KB of flash per
+    node, ~12.5 instructions per element)."""
     from ..ops.qelementwise import add_fast_plan
     p = params
     a, b, y = p["a"], p["b"], p["y"]
     if p["dt"] != "int8" or not (tuple(a.shape) == tuple(b.shape) == tuple(y.shape)):
         return False
+    k.kernel("requant_fixed")       # intrin_dsp refers to its helpers
+    k.kernel("intrin_dsp")
+    mla = add_mla_plan(p["dt"], p["za"], p["zb"], p["zc"], p["params"], p["lo"], p["hi"])
+    if mla is not None:
+        x, u = (a, b) if mla["lin"] == 0 else (b, a)
+        fn = k.kernel("qadd_mla_dsp", {"name": f"m{mla['m']}{'h' * mla['h16']}_{p['lo']}_{p['hi']}".replace("-", "n"),
+                                       "m": mla["m"], "h16": mla["h16"], "lo": p["lo"], "hi": p["hi"]})
+        k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)}, {k.ptr(u)}, {y.size}, {mla['alpha']}, "
+               f"{k.const(mla['t'], f'{node.name}_t')});")
+        return True
     plan = add_fast_plan(p["dt"], p["za"], p["zb"], p["zc"], p["params"], p["lo"], p["hi"])
     if plan is None:
         return False
     ta, tb = add_tables(plan)
-    k.kernel("requant_fixed")       # intrin_dsp refers to its helpers
-    k.kernel("intrin_dsp")
     vals = {f: plan[f] for f in ("mmr", "mo", "nh", "nl", "e", "c", "lo", "hi")}
     import hashlib
     tag = hashlib.sha1("_".join(f"{f}={vals[f]}" for f in sorted(vals)).encode()).hexdigest()[:10]

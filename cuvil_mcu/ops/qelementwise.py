@@ -279,6 +279,17 @@ def _input_plan(codes, zp, m, s):
     return {"mh": mh, "ml": ml, "r": r, "n": n, "k": k, "dc": dc, "zp": int(zp)}
 
 
+def add_all_pairs(dt, za, zb, zc, params, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, y): the fixed-mode QLinearAdd reference on every pair of
+    codes, y[i, j] for A = codes[i], B = codes[j] (byte order, lut_index),
+    clamped to [lo, hi]: what the compile-time kernel plans are checked on."""
+    m1, s1, m2, s2, mo, so = params
+    codes = lut_index(dt)
+    v1 = quant.requantize_fixed((codes - za) * (1 << 20), m1, s1)
+    v2 = quant.requantize_fixed((codes - zb) * (1 << 20), m2, s2)
+    return codes, np.clip(quant.requantize_fixed(v1[:, None] + v2[None, :], mo, so) + zc, lo, hi)
+
+
 def add_fast_plan(dt, za, zb, zc, params, lo, hi):
     """Constants of the per-node specialised fixed-mode QLinearAdd kernel
     (qadd_s8: literals, 32-bit arithmetic and one 32x32->64 multiply), or
@@ -316,9 +327,7 @@ def add_fast_plan(dt, za, zb, zc, params, lo, hi):
     if not all(_fits32(x) for x in (ta, tb, a * p1["mh"], b * p2["mh"], ua, ub, s, d, w, t)) \
             or abs(nudge) >= 1 << 62:
         return None
-    v1 = quant.requantize_fixed((a - za) * (1 << 20), m1, s1)
-    v2 = quant.requantize_fixed((b - zb) * (1 << 20), m2, s2)
-    ref = np.clip(quant.requantize_fixed(v1 + v2, mo, so) + zc, lo, hi)
+    ref = add_all_pairs(dt, za, zb, zc, params, lo, hi)[1]
     if not np.array_equal(y, ref):
         return None
     plan = {"mh1": p1["mh"], "ml1": p1["ml"], "r1": r1, "n1": p1["n"], "dc1": p1["dc"], "z1": int(za),
