@@ -477,7 +477,12 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     kind = ("s" if scaled else "nc" if corr else "n") + (f"_k{nkp}" if nkp else "") \
         + (f"_e{e}" if e is not None else "")
     blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind, "nkp": nkp, "corr": corr, "e": e, "scaled": scaled})
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind, "stream": True, "blocks": blocks, "e": e, "scaled": scaled})
+    # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps)
+    odd = vals["npx"] % 2 == 1
+    one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
+                                        "scaled": scaled, "one": True}) if odd else ""
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+                                 "scaled": scaled, "one": one})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
     geo = p.geo
