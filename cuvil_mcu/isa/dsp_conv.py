@@ -476,12 +476,15 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # (both loop orders in one kernel: the direction is an argument)
     kind = ("s" if scaled else "nc" if corr else "n") + (f"_k{nkp}" if nkp else "") \
         + (f"_e{e}" if e is not None else "")
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind, "nkp": nkp, "corr": corr, "e": e, "scaled": scaled})
-    # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps)
+    # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps),
+    # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
     odd = vals["npx"] % 2 == 1
+    mi = m if nkp and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
+                                           "m": mi})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
                                         "scaled": scaled, "one": True}) if odd else ""
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
                                  "scaled": scaled, "one": one})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
