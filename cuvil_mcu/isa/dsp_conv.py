@@ -455,10 +455,14 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     assembly (qconv2_pwblk_dsp), the weights and the requantization rows of
     a block in one stream (one pointer: no reloads between the K steps and
     the stores), the split of each pixel pair inside the loop (no call per
-    pair). Layers whose channels all shift by the same e take it as an
-    immediate of SSAT (one instruction less per output). Same read/write
-    orders as qconv2_dsp (pixel pairs from the first up, or from the last
-    down: rev)."""
+    pair). Layers whose channels all shift by the same e (or whose scaled
+    rows common_shift makes so) take it as an immediate of SSAT (one
+    instruction less per output). An odd last pixel runs alone (the one_
+    kernel), so pairs are whole: the unrolled kernels (K <= 2
+    NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
+    second pixel at y0 + m (one kernel per m). Same read/write orders as
+    qconv2_dsp (pixel pairs from the first up, or from the last down: rev;
+    the odd pixel first from the last down, last from the first up)."""
     m = vals["m_n"]
     # 256 acc into SMMLA (hi: T - S, without the add of its bias; lo: S << 8) where the
     # sign fix is not needed and 256 acc fits int32
