@@ -56,6 +56,8 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
         monkeypatch.setattr(codegen.Emitter, "variant", lambda self: "rev")
     if not scaled:
         monkeypatch.setattr(dsp_conv, "SCALED_MAX", 0)
+    if rev:   # the scaled kernels' per-channel shifts (else made one by common_shift)
+        monkeypatch.setattr(dsp_conv, "common_shift", lambda rows, bot, top: None)
     model, feeds = _model()
     c = compile_model(model, board="qemu-mps2-an386")
     calls = re.findall(r"^\s*\w+__qconv2_dsp_(\w+)\(", c.header, re.M)
@@ -65,7 +67,8 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
     orders = re.findall(r"__qconv2_dsp_pw_\w+\(.*, ([01])\);", c.header)   # (the last argument: rev)
     assert len(orders) == len(LAYERS) - 2 and (set(orders) == {"1"} if rev else "0" in orders), orders
     for kind in ("nc", "s" if scaled else "n"):   # one shift for all (an immediate) and per channel
-        assert {"_e" in n for n in names if n.split("_")[0] == kind} == {True, False}, names
+        want = {True} if kind == "s" and not rev else {True, False}
+        assert {"_e" in n for n in names if n.split("_")[0] == kind} == want, names
     assert any("_k" in n for n in names) and any("_k" not in n for n in names), names
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
@@ -99,3 +102,33 @@ def test_requant_scaled_matches_quant():
     assert dsp_conv.scaled_rows(row(17, 63)) is not None and dsp_conv.scaled_rows(row(17, 64)) is None
     assert dsp_conv.scaled_rows(row(17, -64)) is not None and dsp_conv.scaled_rows(row(17, -65)) is None
     assert dsp_conv.scaled_rows(row(23, 0)) is not None and dsp_conv.scaled_rows(row(24, 0)) is None
+
+
+def test_common_shift_same_outputs():
+    """dsp_conv.common_shift: the rows rewritten to one shift give the same
+    int8 as the per-channel rows for every accumulator in each channel's
+    range (all of them tried), constant channels (mult 0) included; rows
+    already sharing a shift come back unchanged."""
+    rng = np.random.RandomState(44)
+    sat = lambda t, acc: np.clip((((256 * acc * t[0]) >> 32) + t[2]) >> t[1], -128, 127)   # noqa: E731
+    for trial in range(6):
+        m = 16
+        e = rng.randint(5, 10, m)
+        zp = rng.randint(-128, 40, m)
+        mult = rng.randint(2 ** 30, 2 ** 31, m).astype(np.int64)
+        mult[:2] = [2 ** 30, 2 ** 31 - 1]
+        table = np.stack([mult, e, (1 << (e - 1)) + zp * (1 << e)], axis=1)
+        if trial % 2:   # a constant channel as constant_channels writes it: mult 0, e 1, nudge 2 c0
+            table[3] = [0, 1, 2 * 17]
+        rows = dsp_conv.scaled_rows(table)
+        bot = -rng.randint(1, 2 ** 17, m)
+        top = rng.randint(1, 2 ** 17, m)
+        one = dsp_conv.common_shift(rows, bot, top)
+        assert one is not None and len(set(one[:, 1].tolist())) == 1, (trial, one)
+        for c in range(m):
+            acc = np.arange(bot[c], top[c] + 1, dtype=np.int64)
+            want, got = sat(rows[c], acc), sat(one[c], acc)
+            bad = np.flatnonzero(want != got)
+            assert bad.size == 0, (trial, c, rows[c], one[c], acc[bad[:3]], want[bad[:3]], got[bad[:3]])
+    same = dsp_conv.scaled_rows(np.array([[2 ** 30, 7, 64], [2 ** 30 + 5, 7, 0]], np.int64))
+    np.testing.assert_array_equal(dsp_conv.common_shift(same, [-10, -10], [10, 10]), same)

@@ -374,7 +374,57 @@ def scaled_rows(table) -> np.ndarray | None:
     return np.stack([t[:, 0], t[:, 1] + 7, n], axis=1)
 
 
-def stream(wpad, pairs, folded, m: int, table, e, scaled: bool) -> np.ndarray:
+def _thresholds(mult, big_e, n):
+    """[channel][255] the least acc whose floor((256 acc mult + n 2^32) /
+    2^(32+E)) reaches q = -127..127 (mult > 0; int64: |q 2^E - n| < 2^38,
+    times 2^24 below 2^63)."""
+    q = np.arange(-127, 128, dtype=np.int64)[None, :]
+    num = (q << big_e[:, None]) - n[:, None]
+    den = np.maximum(mult, 1)[:, None]
+    return -((-(num << 24)) // den)
+
+
+def common_shift(rows, bot, top) -> np.ndarray | None:
+    """scaled_rows' rows [channel][mult, E, n] rewritten to one shift E0 =
+    min E for every channel (an immediate of SSAT: one instruction less per
+    output), or None. The kernel's output is sat8(floor((256 acc mult + n
+    2^32) / 2^(32+E))), monotonic in acc: two rows give the same int8 for
+    every acc in [bot, top] (the channel's range over every int8 input) iff
+    the least acc reaching each level -127..127, clipped to [bot, top + 1],
+    is the same. A channel with E = E0 + d takes (mult >> d or one more,
+    n >> d or one more), the first pair whose 255 thresholds match the
+    original's exactly (a zero mult, the constant channels: n 2^-d, exact
+    as floors compose; E0 is the least E of the others); the
+    arithmetic is unchanged, only its constants. None when some channel
+    finds no such pair (then the per-channel shifts stay)."""
+    t = np.asarray(rows, np.int64).reshape(-1, 3)
+    mult, big_e, n = t[:, 0], t[:, 1], t[:, 2]
+    live = mult != 0
+    e0 = int(big_e[live].min() if live.any() else big_e.min())
+    d = big_e - e0
+    if not d.any():
+        return t
+    lo, hi = np.asarray(bot, np.int64)[:, None], np.asarray(top, np.int64)[:, None] + 1
+    want = np.clip(_thresholds(mult, big_e, n), lo, hi)
+    out = np.stack([mult, np.full_like(big_e, e0), n], axis=1)
+    done = d == 0
+    # constant channels: n 2^-d (d < 0 multiplies, exactly, while SMMLA's sum stays inside int32)
+    zero = ~live & ~done
+    out[zero, 2] = np.where(d[zero] > 0, n[zero] >> np.maximum(d[zero], 0), n[zero] << np.maximum(-d[zero], 0))
+    if np.any(np.abs(out[zero, 2]) >= 2 ** 30):
+        return None
+    done |= zero
+    for dm in (0, 1):
+        for dn in (0, 1):
+            m2, n2 = (mult >> d) + dm, (n >> d) + dn
+            got = np.clip(_thresholds(m2, np.full_like(big_e, e0), n2), lo, hi)
+            ok = ~done & np.all(got == want, axis=1)
+            out[ok, 0], out[ok, 2] = m2[ok], n2[ok]
+            done |= ok
+    return out if done.all() else None
+
+
+def stream(wpad, pairs, folded, m: int, table, e, scaled: bool, srows=None) -> np.ndarray:
     """int32 [block][16 + 2 nkp] of emit_pw's kernel (12 + 2 nkp with a
     common shift e: rows without it): biases of pairs A, B lo, the block's
     weight words (pack_weights), twice the biases of A, B hi, the 4 store
@@ -383,7 +433,9 @@ def stream(wpad, pairs, folded, m: int, table, e, scaled: bool) -> np.ndarray:
     words, the rows of scaled_rows."""
     nblk = len(pairs) // 2
     table = np.asarray(table, np.int64)
-    rec = records_natural(folded, m, scaled_rows(table).reshape(-1) if scaled else table).reshape(nblk, 16)
+    if scaled and srows is None:
+        srows = scaled_rows(table)
+    rec = records_natural(folded, m, srows.reshape(-1) if scaled else table).reshape(nblk, 16)
     rows = rec[:, 4:].reshape(nblk, 4, 3)
     if e is not None:
         rows = rows[:, :, [0, 2]]
@@ -403,22 +455,42 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     assembly (qconv2_pwblk_dsp), the weights and the requantization rows of
     a block in one stream (one pointer: no reloads between the K steps and
     the stores), the split of each pixel pair inside the loop (no call per
-    pair). Layers whose channels all shift by the same e take it as an
-    immediate of SSAT (one instruction less per output). Same read/write
-    orders as qconv2_dsp (pixel pairs from the first up, or from the last
-    down: rev)."""
+    pair). Layers whose channels all shift by the same e (or whose scaled
+    rows common_shift makes so) take it as an immediate of SSAT (one
+    instruction less per output). An odd last pixel runs alone (the one_
+    kernel), so pairs are whole: the unrolled kernels (K <= 2
+    NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
+    second pixel at y0 + m (one kernel per m). Same read/write orders as
+    qconv2_dsp (pixel pairs from the first up, or from the last down: rev;
+    the odd pixel first from the last down, last from the first up)."""
     m = vals["m_n"]
     # 256 acc into SMMLA (hi: T - S, without the add of its bias; lo: S << 8) where the
     # sign fix is not needed and 256 acc fits int32
     scaled = not corr and bound < SCALED_MAX and scaled_rows(table) is not None
-    es = (scaled_rows(table) if scaled else np.asarray(table, np.int64).reshape(m, 3))[:, 1]
+    srows = scaled_rows(table) if scaled else None
+    if scaled:
+        # per-channel shifts made one where the outputs stay the same for every input
+        wr = wpad[:m]
+        f = np.asarray(folded, np.int64)
+        one = common_shift(srows, f + np.minimum(127 * wr, -128 * wr).sum(axis=1),
+                           f + np.maximum(127 * wr, -128 * wr).sum(axis=1))
+        srows = srows if one is None else one
+    es = (srows if scaled else np.asarray(table, np.int64).reshape(m, 3))[:, 1]
     e = int(es[0]) if np.all(es == es[0]) else None
     # (both loop orders in one kernel: the direction is an argument)
     kind = ("s" if scaled else "nc" if corr else "n") + (f"_k{nkp}" if nkp else "") \
         + (f"_e{e}" if e is not None else "")
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind, "nkp": nkp, "corr": corr, "e": e, "scaled": scaled})
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind, "stream": True, "blocks": blocks, "e": e, "scaled": scaled})
-    ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled).astype(np.int32), f"{node.name}_pw")
+    # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps),
+    # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
+    odd = vals["npx"] % 2 == 1
+    mi = m if nkp and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
+                                           "m": mi})
+    one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
+                                        "scaled": scaled, "one": True}) if odd else ""
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+                                 "scaled": scaled, "one": one})
+    ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
     geo = p.geo
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
