@@ -12,6 +12,8 @@ hand-computed cases and against TFLM's outputs on the MLPerf Tiny models that
 pool (average pool and softmax of VWW and person detection, bit-exact).
 cuvil.QMaxPool vs onnxruntime's MaxPool on the same int8/uint8 tensor: exact.
 """
+import shutil
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -429,3 +431,41 @@ def test_single_rounding_helpers_in_c(tmp_path):
         f"{bad.size} differ; first: {lines[bad[0]]}: C {got[bad[0]]}, numpy {want[bad[0]]}"
     ties = (cases[:, 1] == 2 ** 30) & (cases[:, 2] == -2) & (cases[:, 0] % 8 == 4)
     assert ties.any() and np.all(quant.requantize_single(cases[ties, 0], 2 ** 30, -2) % 2 == 0)
+
+
+# --------------------------------------------------------------------------- global average, DSP (qgap_dsp)
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+@pytest.mark.parametrize("rounding", ["tflm", "onnx"])
+def test_global_avgpool_dsp_exact(rounding):
+    """qgap_dsp on QEMU's Cortex-M4 (the shapes of test_mve_add_pool's GAPS:
+    a channel tail, batch 2, 255 pixels, MobileNetV2's 3x3 x 1280 head, a
+    left shift; 256 pixels fall back) and the exact-tie cases (x scale 1 ->
+    y scale 0.5 over 16 and 4 pixels), plus a fused clamp: every output
+    equals the reference, whichever requantization each node got (SMMLA
+    where gap_smmla's constants hold, else the 64-bit single rounding or
+    __mbqm)."""
+    from qhelpers import rerender, sim_exact
+    from test_mve_add_pool import GAPS
+    rng = np.random.RandomState(8)
+    inits = {**qparams("x", 0.05, -3, "int8"), **qparams("y", 0.011, -5, "int8"), **qparams("z", 0.026, 17, "int8"),
+             **qparams("u", 0.0254, -2, "int8"), **qparams("p", 1.0, 0, "int8"), **qparams("h", 0.5, 0, "int8")}
+    nodes, inputs = [], {}
+    for i, s in enumerate(GAPS + [(3, 4, 4, 40), (3, 2, 2, 40)]):
+        inputs[f"x{i}"] = (s, "int8")
+        xs, ys = ("x", "yzu"[i % 3]) if i < len(GAPS) else ("p", "h")
+        nodes.append(helper.make_node("QLinearGlobalAveragePool", [f"x{i}", f"{xs}_s", f"{xs}_z", f"{ys}_s", f"{ys}_z"],
+                                      [f"g{i}"], domain=MS, channels_last=1, name=f"gap{i}"))
+    model = qmodel(nodes, inputs, {f"g{i}": "int8" for i in range(len(nodes))}, inits)
+    feeds = {k: rand_q(rng, s, "int8") if int(k[1:]) < len(GAPS) else rng.randint(-8, 8, s).astype(np.int8)
+             for k, (s, _) in inputs.items()}
+    c = compile_model(model, board="qemu-mps2-an386", rounding=rounding)
+    calls = [ln for ln in c.header.split("\n") if ln.strip().startswith("model__qgap_dsp_") and ln.endswith(");")]
+    assert len(calls) == len(nodes) - 1, f"qgap_dsp calls: {calls}"
+    assert "__asm__(\"smmla" in c.header and ("int64_t pr" in c.header or "__mbqm(a" in c.header), \
+        "both requantizations of qgap_dsp are exercised"
+    sim_exact(c, feeds)
+    c2 = rerender(c, lambda n: (-0.3, 0.2) if n.name in ("gap0", "gap2") else None)
+    _, ref = sim_exact(c2, feeds)
+    assert (ref["g2"] == ref["g2"].max()).sum() > 10

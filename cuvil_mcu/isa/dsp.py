@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import quant
 from ..ops.qgemm import int32_array, offset_weights
 from ..planner import windows
 
@@ -390,3 +391,51 @@ def emit_qconvt(op, node, ins, outs, k, p) -> bool:
     """cuvil.QConvTranspose: one qconvt_dsp call per output phase (dsp_convt.py)."""
     from . import dsp_convt
     return dsp_convt.emit(node, ins, outs, k, p)
+
+
+def gap_smmla(n: int, bias: int, mult: int, shift: int, zp: int, lo: int, hi: int, single: bool):
+    """(kh, sh) such that SMMLA(a 2^16, mult, kh) >> sh = floor((a 2^16 mult
+    + kh 2^32) / 2^(32 + sh)), clamped to [lo, hi], equals the global
+    average's requantization (requantize_single or TFLM's requantize_fixed
+    of a + bias, plus zp, clamped) for every sum a of n int8 codes: checked
+    here over all 255 n + 1 of them. (A halfword sum comes as a 2^16 with
+    one instruction, as SXTH would give a, and the 2^16 gives kh 16 more
+    bits of resolution.) None when no kh next to the rounding point does, or
+    the divisor 2^(31 - shift + 16) is below 2^32."""
+    e = 31 - shift + 16
+    if e < 32:
+        return None
+    a = np.arange(-128 * n, 127 * n + 1, dtype=np.int64)
+    rq = quant.requantize_single if single else quant.requantize_fixed
+    want = np.clip(rq(a + bias, mult, shift) + zp, lo, hi)
+    k0 = ((bias * mult << 16) + (1 << (e - 1)) + (zp << e)) >> 32
+    for kh in (k0, k0 - 1, k0 + 1, k0 - 2, k0 + 2):
+        if -2 ** 31 <= kh < 2 ** 31 and np.array_equal(np.clip(((a << 16) * mult + (kh << 32)) >> e, lo, hi), want):
+            return int(kh), e - 32
+    return None
+
+
+def emit_qgap(op, node, ins, outs, k, params) -> bool:
+    """QLinearGlobalAveragePool with requantization, int8, NHWC, at most 255
+    pixels (int16 halfword sums of 4 channels a word, SXTAB16): qgap_dsp.
+    Each sum requantized by one SMMLA and a shift where gap_smmla finds
+    constants exact for every possible sum; else ONNX's one rounding
+    (`single`) as a 64-bit product and rounding shift (while the sums'
+    products stay below 2^31 after the shift), TFLM's MEAN through __mbqm."""
+    v = dict(params)
+    n, mult, shift = v["n"], v["mult"], v["shift"]
+    if n > 255:
+        return False
+    v.update(bias=-v["xzp"] * n, xb=n * v["c"])
+    fit = gap_smmla(n, v["bias"], mult, shift, v["zp"], v["lo"], v["hi"], v["single"])
+    v["kh"], v["sh"] = fit if fit is not None else (None, None)
+    if v["single"] and fit is None:
+        e = 31 - shift
+        if (255 * n * mult) >> e >= 2 ** 31 - 256:
+            return False
+        v.update(e=e, k0=v["bias"] * mult, half1=(1 << (e - 1)) - 1)
+    k.kernel("requant_fixed")       # __requant_single / __mbqm, and intrin_dsp refers to its helpers
+    k.kernel("intrin_dsp")
+    fn = k.kernel("qgap_dsp", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])});")
+    return True

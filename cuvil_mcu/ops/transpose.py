@@ -119,8 +119,8 @@ def _emit_c3_dsp(k, dst: str, src: str, dims) -> bool:
     """Three planes of bytes interleaved (NCHW -> NHWC of an RGB input, the
     Transpose in front of a float-exported model's first conv): copy_c3_dsp
     on a DSP (little-endian Cortex-M) target, 3 words in and 3 out per 4
-    pixels (MobileNetV2-0.35's 96x96x3 input on the M4: 184,328 -> see the
-    commit). False otherwise."""
+    pixels (MobileNetV2-0.35's 96x96x3 input on the M4: 184,328 -> 36,874
+    instructions). False otherwise."""
     if k.target is None or not k.target.has("dsp") or len(dims) != 2:
         return False
     (n, dd, sd), (nc, dc, sc) = dims
