@@ -469,3 +469,32 @@ def test_global_avgpool_dsp_exact(rounding):
     c2 = rerender(c, lambda n: (-0.3, 0.2) if n.name in ("gap0", "gap2") else None)
     _, ref = sim_exact(c2, feeds)
     assert (ref["g2"] == ref["g2"].max()).sum() > 10
+
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_whole_input_avgpool_dsp_exact():
+    """QLinearAveragePool windows over the whole input (TFLM's recipe, as
+    VWW's last pool) through qgap_dsp on QEMU's Cortex-M4: 9 taps x 256
+    channels, a channel tail (13) in batch 2, 255 and 125 taps with sums at
+    the int16 limit, and with a fused clamp: equal to the reference. A
+    padded 3x3 pool keeps the pool kernel, and so does an even count (10):
+    TFLM rounds its halves away from zero, which no SMMLA constant does for
+    both signs."""
+    from qhelpers import rerender, sim_exact
+    from test_mve_add_pool import _pool_model
+    pools = [((1, 3, 3, 256), dict(kernel_shape=[3, 3]), -128), ((2, 3, 3, 13), dict(kernel_shape=[3, 3]), 5),
+             ((1, 15, 17, 4), dict(kernel_shape=[15, 17]), 0), ((1, 25, 5, 64), dict(kernel_shape=[25, 5]), 127),
+             ((1, 5, 5, 8), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), 3),
+             ((1, 2, 5, 8), dict(kernel_shape=[2, 5]), 3)]
+    rng = np.random.RandomState(5)
+    feeds = {f"x{i}": rand_q(rng, s, "int8") for i, (s, _, _) in enumerate(pools)}
+    feeds["x2"][..., :2] = -128
+    feeds["x3"][..., :8] = 127
+    c = compile_model(_pool_model(pools), board="qemu-mps2-an386")
+    calls = [ln for ln in c.header.split("\n") if ln.strip().startswith("model__qgap_dsp_") and ln.endswith(");")]
+    assert len(calls) == 4, f"qgap_dsp calls (the first four pools): {calls}"
+    sim_exact(c, feeds)
+    c2 = rerender(c, lambda n: (-0.6, 0.9) if n.name in ("pool0", "pool3") else None)
+    _, ref = sim_exact(c2, feeds)
+    assert (ref["o0"] == ref["o0"].max()).sum() > 10

@@ -393,26 +393,40 @@ def emit_qconvt(op, node, ins, outs, k, p) -> bool:
     return dsp_convt.emit(node, ins, outs, k, p)
 
 
+def smmla_fit(n: int, want: np.ndarray, mult: int, sh: int, lo: int, hi: int):
+    """kh with clamp(SMMLA(a 2^16, mult, kh) >> sh, lo, hi) = floor((a 2^16
+    mult + kh 2^32) / 2^(32 + sh)), clamped, equal to want[a + 128 n] for
+    every sum a of n int8 codes (a in -128 n .. 127 n), or None. (A halfword
+    sum comes as a 2^16 with one instruction, as SXTH would give a, and the
+    2^16 gives kh 16 more bits of resolution.) The kh range is solved
+    exactly per sum (Python integers), then checked once more."""
+    d = 1 << (32 + sh)
+    lo_k, hi_k = -2 ** 31, 2 ** 31 - 1
+    for a, w in zip(range(-128 * n, 127 * n + 1), want.tolist()):
+        p = (a << 16) * mult
+        if w > lo:      # u >= w: kh 2^32 >= w d - p
+            lo_k = max(lo_k, -((p - w * d) >> 32))
+        if w < hi:      # u < w + 1: kh 2^32 <= (w + 1) d - 1 - p
+            hi_k = min(hi_k, ((w + 1) * d - 1 - p) >> 32)
+        if lo_k > hi_k:
+            return None
+    a = np.arange(-128 * n, 127 * n + 1, dtype=object)
+    got = [min(max(((x << 16) * mult + (lo_k << 32)) >> (32 + sh), lo), hi) for x in a.tolist()]
+    return lo_k if got == want.tolist() else None
+
+
 def gap_smmla(n: int, bias: int, mult: int, shift: int, zp: int, lo: int, hi: int, single: bool):
-    """(kh, sh) such that SMMLA(a 2^16, mult, kh) >> sh = floor((a 2^16 mult
-    + kh 2^32) / 2^(32 + sh)), clamped to [lo, hi], equals the global
-    average's requantization (requantize_single or TFLM's requantize_fixed
-    of a + bias, plus zp, clamped) for every sum a of n int8 codes: checked
-    here over all 255 n + 1 of them. (A halfword sum comes as a 2^16 with
-    one instruction, as SXTH would give a, and the 2^16 gives kh 16 more
-    bits of resolution.) None when no kh next to the rounding point does, or
-    the divisor 2^(31 - shift + 16) is below 2^32."""
+    """(kh, sh) of smmla_fit for the global average's requantization
+    (requantize_single or TFLM's requantize_fixed of a + bias, plus zp,
+    clamped), sh = 31 - shift + 16 - 32; None when the divisor is below
+    2^32 or no kh fits."""
     e = 31 - shift + 16
     if e < 32:
         return None
     a = np.arange(-128 * n, 127 * n + 1, dtype=np.int64)
     rq = quant.requantize_single if single else quant.requantize_fixed
-    want = np.clip(rq(a + bias, mult, shift) + zp, lo, hi)
-    k0 = ((bias * mult << 16) + (1 << (e - 1)) + (zp << e)) >> 32
-    for kh in (k0, k0 - 1, k0 + 1, k0 - 2, k0 + 2):
-        if -2 ** 31 <= kh < 2 ** 31 and np.array_equal(np.clip(((a << 16) * mult + (kh << 32)) >> e, lo, hi), want):
-            return int(kh), e - 32
-    return None
+    kh = smmla_fit(n, np.clip(rq(a + bias, mult, shift) + zp, lo, hi), mult, e - 32, lo, hi)
+    return None if kh is None else (kh, e - 32)
 
 
 def emit_qgap(op, node, ins, outs, k, params) -> bool:
@@ -426,7 +440,7 @@ def emit_qgap(op, node, ins, outs, k, params) -> bool:
     n, mult, shift = v["n"], v["mult"], v["shift"]
     if n > 255:
         return False
-    v.update(bias=-v["xzp"] * n, xb=n * v["c"])
+    v.update(bias=-v["xzp"] * n, xb=n * v["c"], avg=False)
     fit = gap_smmla(n, v["bias"], mult, shift, v["zp"], v["lo"], v["hi"], v["single"])
     v["kh"], v["sh"] = fit if fit is not None else (None, None)
     if v["single"] and fit is None:
@@ -438,4 +452,36 @@ def emit_qgap(op, node, ins, outs, k, params) -> bool:
     k.kernel("intrin_dsp")
     fn = k.kernel("qgap_dsp", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])});")
+    return True
+
+
+def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
+    """QLinearAveragePool, TFLM's recipe (equal parameters in and out), int8,
+    NHWC, one window over the whole input without padding (VWW's 3x3 pool
+    of a 3x3 map), at most 255 taps: qgap_dsp, TFLM's rounded division of
+    each sum by n as SMMLA(a 2^16, round(2^30 / n), kh) >> 14 where
+    smmla_fit finds kh exact for every possible sum (else the pool kernel)."""
+    from ..ops.qpool import _tflm_div
+    p = params
+    x, y, tabs, xs = p["x"], p["y"], p["tabs"], p["nchw"]
+    if x.dtype != "int8" or not p["channels_last"] or len(tabs) != 2 or len(xs) != 4:
+        return False
+    nb, c, h, w = xs
+    for (t, d), size in zip(tabs, (h, w)):
+        if d != 1 or t.shape[0] != 1 or [int(v) for v in t[0]] != [0, size, size]:
+            return False
+    n = h * w
+    if n > 255:
+        return False
+    mult, sh = round(2 ** 30 / n), 14
+    a = np.arange(-128 * n, 127 * n + 1, dtype=np.int64)
+    kh = smmla_fit(n, np.clip(_tflm_div(a, n), p["lo"], p["hi"]), mult, sh, p["lo"], p["hi"])
+    if kh is None:
+        return False
+    v = dict(nb=nb, c=c, n=n, xzp=0, zp=0, lo=p["lo"], hi=p["hi"], mult=mult, shift=0, single=False, avg=True,
+             bias=0, xb=n * c, kh=kh, sh=sh)
+    k.kernel("requant_fixed")       # intrin_dsp refers to its helpers
+    k.kernel("intrin_dsp")
+    fn = k.kernel("qgap_dsp", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)});")
     return True
