@@ -26,6 +26,10 @@ below):
   each activation word shared by 4 channel pairs.
 - emit_qadd -> qadd_tab_dsp: QLinearAdd with each input's scaled value
   looked up in a 256-entry table (add_tables).
+- emit_qgap / emit_qavgpool -> qgap_dsp: global averages (and TFLM's
+  average pool whose one window is the whole input) with 4 channels a word
+  summed by SXTAB16 and each sum requantized by one SMMLA and a shift whose
+  constant smmla_fit proves exact for every possible sum.
 
 Handled (else the functions return False and the portable kernel runs):
 - qconv, general (QLinearConv, NHWC, one group, dilation 1) -> qconv_dsp:

@@ -29,7 +29,10 @@ per kind (qconv2_blocks_dsp: sign fix or not, K unrolled up to NKP_UNROLL
 K-pairs, NKP_UNROLL_G for the gather, or a loop of 8 entered by TBB), shared by the kernels: the four
 loads in a row (5 cycles on the M4 against 7 for LDRD + 2 LDR), the first
 K-pair starting the accumulators from the biases, the requantization rows
-(records_natural) read by LDM, stores by immediate offsets; elsewhere (the
+(records_natural) read by LDM, stores by immediate offsets (first layers
+with M <= 16: qconv2_ublocks_dsp instead, the blocks unrolled for the
+layer, xe at immediate offsets, one stream of biases, weights and (mult,
+nudge) rows (ustream), the shifts as SSAT's immediates); elsewhere (the
 other orders, -O0 without the DSP extension, the host) the C loop with 13
 pinned registers or plain C. Padding taps read x_zp (the bias has -x_zp * sum(w) folded
 in), written straight into xe as halfword pairs. M is padded to a multiple
