@@ -126,7 +126,8 @@ def _emit_c3_dsp(k, dst: str, src: str, dims) -> bool:
     (n, dd, sd), (nc, dc, sc) = dims
     if nc != 3 or dd != 3 or sd != 1 or dc != 1 or sc < n:
         return False
-    fn = k.kernel("copy_c3_dsp", {"name": f"{n}_{sc}", "n": n, "plane": sc})
+    unroll = 2 if n % 8 < 4 and n >= 8 else 1      # two steps a loop turn where the steps pair up
+    fn = k.kernel("copy_c3_dsp", {"name": f"{n}_{sc}", "n": n, "plane": sc, "unroll": unroll})
     k.line(f"{fn}({dst}, {src});")
     return True
 
