@@ -12,6 +12,8 @@ hand-computed cases and against TFLM's outputs on the MLPerf Tiny models that
 pool (average pool and softmax of VWW and person detection, bit-exact).
 cuvil.QMaxPool vs onnxruntime's MaxPool on the same int8/uint8 tensor: exact.
 """
+import shutil
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -429,3 +431,70 @@ def test_single_rounding_helpers_in_c(tmp_path):
         f"{bad.size} differ; first: {lines[bad[0]]}: C {got[bad[0]]}, numpy {want[bad[0]]}"
     ties = (cases[:, 1] == 2 ** 30) & (cases[:, 2] == -2) & (cases[:, 0] % 8 == 4)
     assert ties.any() and np.all(quant.requantize_single(cases[ties, 0], 2 ** 30, -2) % 2 == 0)
+
+
+# --------------------------------------------------------------------------- global average, DSP (qgap_dsp)
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+@pytest.mark.parametrize("rounding", ["tflm", "onnx"])
+def test_global_avgpool_dsp_exact(rounding):
+    """qgap_dsp on QEMU's Cortex-M4 (the shapes of test_mve_add_pool's GAPS:
+    a channel tail, batch 2, 255 pixels, MobileNetV2's 3x3 x 1280 head, a
+    left shift; 256 pixels fall back) and the exact-tie cases (x scale 1 ->
+    y scale 0.5 over 16 and 4 pixels), plus a fused clamp: every output
+    equals the reference, whichever requantization each node got (SMMLA
+    where gap_smmla's constants hold, else the 64-bit single rounding or
+    __mbqm)."""
+    from qhelpers import rerender, sim_exact
+    from test_mve_add_pool import GAPS
+    rng = np.random.RandomState(8)
+    inits = {**qparams("x", 0.05, -3, "int8"), **qparams("y", 0.011, -5, "int8"), **qparams("z", 0.026, 17, "int8"),
+             **qparams("u", 0.0254, -2, "int8"), **qparams("p", 1.0, 0, "int8"), **qparams("h", 0.5, 0, "int8")}
+    nodes, inputs = [], {}
+    for i, s in enumerate(GAPS + [(3, 4, 4, 40), (3, 2, 2, 40)]):
+        inputs[f"x{i}"] = (s, "int8")
+        xs, ys = ("x", "yzu"[i % 3]) if i < len(GAPS) else ("p", "h")
+        nodes.append(helper.make_node("QLinearGlobalAveragePool", [f"x{i}", f"{xs}_s", f"{xs}_z", f"{ys}_s", f"{ys}_z"],
+                                      [f"g{i}"], domain=MS, channels_last=1, name=f"gap{i}"))
+    model = qmodel(nodes, inputs, {f"g{i}": "int8" for i in range(len(nodes))}, inits)
+    feeds = {k: rand_q(rng, s, "int8") if int(k[1:]) < len(GAPS) else rng.randint(-8, 8, s).astype(np.int8)
+             for k, (s, _) in inputs.items()}
+    c = compile_model(model, board="qemu-mps2-an386", rounding=rounding)
+    calls = [ln for ln in c.header.split("\n") if ln.strip().startswith("model__qgap_dsp_") and ln.endswith(");")]
+    assert len(calls) == len(nodes) - 1, f"qgap_dsp calls: {calls}"
+    assert "__asm__(\"smmla" in c.header and ("int64_t pr" in c.header or "__mbqm(a" in c.header), \
+        "both requantizations of qgap_dsp are exercised"
+    sim_exact(c, feeds)
+    c2 = rerender(c, lambda n: (-0.3, 0.2) if n.name in ("gap0", "gap2") else None)
+    _, ref = sim_exact(c2, feeds)
+    assert (ref["g2"] == ref["g2"].max()).sum() > 10
+
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_whole_input_avgpool_dsp_exact():
+    """QLinearAveragePool windows over the whole input (TFLM's recipe, as
+    VWW's last pool) through qgap_dsp on QEMU's Cortex-M4: 9 taps x 256
+    channels, a channel tail (13) in batch 2, 255 and 125 taps with sums at
+    the int16 limit, and with a fused clamp: equal to the reference. A
+    padded 3x3 pool keeps the pool kernel, and so does an even count (10):
+    TFLM rounds its halves away from zero, which no SMMLA constant does for
+    both signs."""
+    from qhelpers import rerender, sim_exact
+    from test_mve_add_pool import _pool_model
+    pools = [((1, 3, 3, 256), dict(kernel_shape=[3, 3]), -128), ((2, 3, 3, 13), dict(kernel_shape=[3, 3]), 5),
+             ((1, 15, 17, 4), dict(kernel_shape=[15, 17]), 0), ((1, 25, 5, 64), dict(kernel_shape=[25, 5]), 127),
+             ((1, 5, 5, 8), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), 3),
+             ((1, 2, 5, 8), dict(kernel_shape=[2, 5]), 3)]
+    rng = np.random.RandomState(5)
+    feeds = {f"x{i}": rand_q(rng, s, "int8") for i, (s, _, _) in enumerate(pools)}
+    feeds["x2"][..., :2] = -128
+    feeds["x3"][..., :8] = 127
+    c = compile_model(_pool_model(pools), board="qemu-mps2-an386")
+    calls = [ln for ln in c.header.split("\n") if ln.strip().startswith("model__qgap_dsp_") and ln.endswith(");")]
+    assert len(calls) == 4, f"qgap_dsp calls (the first four pools): {calls}"
+    sim_exact(c, feeds)
+    c2 = rerender(c, lambda n: (-0.6, 0.9) if n.name in ("pool0", "pool3") else None)
+    _, ref = sim_exact(c2, feeds)
+    assert (ref["o0"] == ref["o0"].max()).sum() > 10

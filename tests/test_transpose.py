@@ -1,3 +1,5 @@
+import shutil
+
 import numpy as np
 import pytest
 
@@ -124,3 +126,22 @@ def test_all_data_movement_kernels_compile_strict_and_match():
         assert_close(ref[name], r, 0, f"{name}: reference vs onnxruntime")
     skipped = check_strict_builds(m, feeds, rel=0)
     assert not [cc for cc, _ in skipped if cc == "gcc"], "gcc is required for this test"
+
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None or shutil.which("qemu-system-arm") is None,
+                    reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_rgb_nchw_to_nhwc_bytes_on_the_m4():
+    """copy_c3_dsp (3 planes of bytes interleaved, 4 pixels per step, the
+    rest one by one) on QEMU's Cortex-M4 equals numpy's transpose: 35 pixels
+    (8 steps, two a loop turn, + 3), 16 pixels (no tail) and 12 (3 steps,
+    one a turn)."""
+    from qhelpers import sim_exact
+    shapes = {"a": (1, 3, 5, 7), "b": (1, 3, 4, 4), "c": (1, 3, 3, 4)}
+    m = make_model([node("Transpose", [n], [n + "t"], perm=[0, 2, 3, 1]) for n in shapes],
+                   {n: (s, "int8") for n, s in shapes.items()}, [n + "t" for n in shapes])
+    c = compile_model(m, board="qemu-mps2-an386")
+    assert c.header.count("__copy_c3_dsp_") == 6, "every transpose takes copy_c3_dsp"
+    feeds = {n: RNG.randint(-128, 128, size=s).astype(np.int8) for n, s in shapes.items()}
+    _, ref = sim_exact(c, feeds)
+    for n in shapes:
+        assert np.array_equal(ref[n + "t"], np.transpose(feeds[n], (0, 2, 3, 1)))

@@ -28,6 +28,10 @@ below):
   input linear, the other through a 256-entry table (add_mla_plan), else
   qadd_tab_dsp: each input's scaled value looked up in a 256-entry table
   (add_tables).
+- emit_qgap / emit_qavgpool -> qgap_dsp: global averages (and TFLM's
+  average pool whose one window is the whole input) with 4 channels a word
+  summed by SXTAB16 and each sum requantized by one SMMLA and a shift whose
+  constant smmla_fit proves exact for every possible sum.
 
 Handled (else the functions return False and the portable kernel runs):
 - qconv, general (QLinearConv, NHWC, one group, dilation 1) -> qconv_dsp:
@@ -79,6 +83,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import quant
 from ..ops.qgemm import int32_array, offset_weights
 from ..planner import windows
 
@@ -457,3 +462,97 @@ def emit_qconvt(op, node, ins, outs, k, p) -> bool:
     """cuvil.QConvTranspose: one qconvt_dsp call per output phase (dsp_convt.py)."""
     from . import dsp_convt
     return dsp_convt.emit(node, ins, outs, k, p)
+
+
+def smmla_fit(n: int, want: np.ndarray, mult: int, sh: int, lo: int, hi: int):
+    """kh with clamp(SMMLA(a 2^16, mult, kh) >> sh, lo, hi) = floor((a 2^16
+    mult + kh 2^32) / 2^(32 + sh)), clamped, equal to want[a + 128 n] for
+    every sum a of n int8 codes (a in -128 n .. 127 n), or None. (A halfword
+    sum comes as a 2^16 with one instruction, as SXTH would give a, and the
+    2^16 gives kh 16 more bits of resolution.) The kh range is solved
+    exactly per sum (Python integers), then checked once more."""
+    d = 1 << (32 + sh)
+    lo_k, hi_k = -2 ** 31, 2 ** 31 - 1
+    for a, w in zip(range(-128 * n, 127 * n + 1), want.tolist()):
+        p = (a << 16) * mult
+        if w > lo:      # u >= w: kh 2^32 >= w d - p
+            lo_k = max(lo_k, -((p - w * d) >> 32))
+        if w < hi:      # u < w + 1: kh 2^32 <= (w + 1) d - 1 - p
+            hi_k = min(hi_k, ((w + 1) * d - 1 - p) >> 32)
+        if lo_k > hi_k:
+            return None
+    a = np.arange(-128 * n, 127 * n + 1, dtype=object)
+    got = [min(max(((x << 16) * mult + (lo_k << 32)) >> (32 + sh), lo), hi) for x in a.tolist()]
+    return lo_k if got == want.tolist() else None
+
+
+def gap_smmla(n: int, bias: int, mult: int, shift: int, zp: int, lo: int, hi: int, single: bool):
+    """(kh, sh) of smmla_fit for the global average's requantization
+    (requantize_single or TFLM's requantize_fixed of a + bias, plus zp,
+    clamped), sh = 31 - shift + 16 - 32; None when the divisor is below
+    2^32 or no kh fits."""
+    e = 31 - shift + 16
+    if e < 32:
+        return None
+    a = np.arange(-128 * n, 127 * n + 1, dtype=np.int64)
+    rq = quant.requantize_single if single else quant.requantize_fixed
+    kh = smmla_fit(n, np.clip(rq(a + bias, mult, shift) + zp, lo, hi), mult, e - 32, lo, hi)
+    return None if kh is None else (kh, e - 32)
+
+
+def emit_qgap(op, node, ins, outs, k, params) -> bool:
+    """QLinearGlobalAveragePool with requantization, int8, NHWC, at most 255
+    pixels (int16 halfword sums of 4 channels a word, SXTAB16): qgap_dsp.
+    Each sum requantized by one SMMLA and a shift where gap_smmla finds
+    constants exact for every possible sum; else ONNX's one rounding
+    (`single`) as a 64-bit product and rounding shift (while the sums'
+    products stay below 2^31 after the shift), TFLM's MEAN through __mbqm."""
+    v = dict(params)
+    n, mult, shift = v["n"], v["mult"], v["shift"]
+    if n > 255:
+        return False
+    v.update(bias=-v["xzp"] * n, xb=n * v["c"], avg=False)
+    fit = gap_smmla(n, v["bias"], mult, shift, v["zp"], v["lo"], v["hi"], v["single"])
+    v["kh"], v["sh"] = fit if fit is not None else (None, None)
+    if v["single"] and fit is None:
+        e = 31 - shift
+        if (255 * n * mult) >> e >= 2 ** 31 - 256:
+            return False
+        v.update(e=e, k0=v["bias"] * mult, half1=(1 << (e - 1)) - 1)
+    k.kernel("requant_fixed")       # __requant_single / __mbqm, and intrin_dsp refers to its helpers
+    k.kernel("intrin_dsp")
+    fn = k.kernel("qgap_dsp", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(ins[0])});")
+    return True
+
+
+def emit_qavgpool(op, node, ins, outs, k, params) -> bool:
+    """QLinearAveragePool, TFLM's recipe (equal parameters in and out), int8,
+    NHWC, one window over the whole input without padding (VWW's 3x3 pool
+    of a 3x3 map), at most 255 taps: qgap_dsp, TFLM's rounded division of
+    each sum by n as SMMLA(a 2^16, round(2^30 / n), kh) >> 14 where
+    smmla_fit finds kh exact for every possible sum (else the pool kernel)."""
+    from ..ops.qpool import _tflm_div
+    p = params
+    x, y, tabs, xs = p["x"], p["y"], p["tabs"], p["nchw"]
+    if x.dtype != "int8" or not p["channels_last"] or len(tabs) != 2 or len(xs) != 4:
+        return False
+    nb, c, h, w = xs
+    for (t, d), size in zip(tabs, (h, w)):
+        if d != 1 or t.shape[0] != 1 or [int(v) for v in t[0]] != [0, size, size]:
+            return False
+    n = h * w
+    if n > 255:
+        return False
+    mult, sh = round(2 ** 30 / n), 14
+    a = np.arange(-128 * n, 127 * n + 1, dtype=np.int64)
+    kh = smmla_fit(n, np.clip(_tflm_div(a, n), p["lo"], p["hi"]), mult, sh, p["lo"], p["hi"])
+    if kh is None:
+        return False
+    v = dict(nb=nb, c=c, n=n, xzp=0, zp=0, lo=p["lo"], hi=p["hi"], mult=mult, shift=0, single=False, avg=True,
+             bias=0, xb=n * c, kh=kh, sh=sh)
+    k.kernel("requant_fixed")       # intrin_dsp refers to its helpers
+    k.kernel("intrin_dsp")
+    fn = k.kernel("qgap_dsp", {"name": "_".join(str(v[f]) for f in sorted(v)).replace("-", "m"), **v})
+    k.line(f"{fn}({k.ptr(y)}, {k.ptr(x)});")
+    return True

@@ -29,7 +29,10 @@ per kind (qconv2_blocks_dsp: sign fix or not, K unrolled up to NKP_UNROLL
 K-pairs, NKP_UNROLL_G for the gather, or a loop of 8 entered by TBB), shared by the kernels: the four
 loads in a row (5 cycles on the M4 against 7 for LDRD + 2 LDR), the first
 K-pair starting the accumulators from the biases, the requantization rows
-(records_natural) read by LDM, stores by immediate offsets; elsewhere (the
+(records_natural) read by LDM, stores by immediate offsets (first layers
+with M <= 16: qconv2_ublocks_dsp instead, the blocks unrolled for the
+layer, xe at immediate offsets, one stream of biases, weights and (mult,
+nudge) rows (ustream), the shifts as SSAT's immediates); elsewhere (the
 other orders, -O0 without the DSP extension, the host) the C loop with 13
 pinned registers or plain C. Padding taps read x_zp (the bias has -x_zp * sum(w) folded
 in), written straight into xe as halfword pairs. M is padded to a multiple
@@ -80,6 +83,7 @@ GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unroll
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
 NKP_UNROLL_PW = 16   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
 NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
+UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
 
 # Most bytes of the split activations of two pixels (arena scratch; the
@@ -324,13 +328,24 @@ def emit(node, x, w, outs, k, p) -> bool:
     name = f"{mode}{'s' * sat}" + ("_n" + "c" * corr if nat else "") + (f"_k{nkp}" if nkp else "") \
         + (f"_g{kh}x{kw * c}" + "a" * gs if plan else "_pw" if pw else "") + ("_rev" if rev else "")
     # the block loop in assembly: one naked function per kind, shared by the kernels (flash)
+    wpk = pack_weights(wpad, pairs)
+    rec = records_natural(folded, m, mult) if nat else records(pairs, folded, m, mode, mult, second)
+    # first layers with few blocks: the blocks unrolled for this layer (shifts as immediates)
+    ust = ustream(wpk, rec, m4 // 4, nkp) if nat and plan and nkp and m4 // 4 <= UBLOCKS_MAX else None
+    ublocks = ""
+    if ust is not None:
+        st, es = ust
+        import hashlib
+        tag = hashlib.sha1(repr((nkp, es)).encode()).hexdigest()[:10]
+        ublocks = k.kernel("qconv2_ublocks_dsp", {"name": f"{'c' * corr}k{nkp}_b{m4 // 4}_{tag}", "nkp": nkp,
+                                                  "nblk": m4 // 4, "es": es, "corr": corr})
+        name += "_u" + tag
     blocks = k.kernel("qconv2_blocks_dsp", {"name": ("nc" if corr else "n") + (f"_k{nkp}" if nkp else ""),
-                                            "nkp": nkp, "corr": corr}) if nat else ""
+                                            "nkp": nkp, "corr": corr}) if nat and not ublocks else ""
     fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp, "blocks": blocks,
                                  "plan": plan, "kh": kh, "ll": kw * c, "k4": k4, "gs": gs, "nat": nat, "corr": corr,
-                                 "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev})
-    wsym = k.const(pack_weights(wpad, pairs), f"{w.name}_dsp2")
-    rec = records_natural(folded, m, mult) if nat else records(pairs, folded, m, mode, mult, second)
+                                 "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev, "ublocks": ublocks})
+    wsym = k.const(wpk, f"{w.name}_dsp2")
     rsym = k.const(rec.astype(np.int32), f"{node.name}_pairs")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
     # the gather's row pointers, zero row and border copies follow xe in the arena
@@ -339,8 +354,24 @@ def emit(node, x, w, outs, k, p) -> bool:
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_dsp: pixel pairs from the last down"), "rev")
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {bufs});")
+    ssym = f", {k.const(st.astype(np.int32), f'{node.name}_ustream')}" if ublocks else ""
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {bufs}{ssym});")
     return True
+
+
+def ustream(wpk: np.ndarray, rec: np.ndarray, nblk: int, nkp: int):
+    """(stream, shifts) of qconv2_ublocks_dsp: per block the biases of pairs
+    A and B lo, the block's 2 nkp weight words, twice the biases of A and B
+    hi, then (mult, nudge) of channels 4b + 1, 4b + 2, 4b + 3, 4b (the store
+    order); shifts[b] their e (SSAT's immediate shift, 1..31). None when a
+    shift is outside that range."""
+    w = np.asarray(wpk, np.int64).reshape(nblk, 2 * nkp)
+    r = np.asarray(rec, np.int64).reshape(nblk, 16)
+    rows = r[:, 4:].reshape(nblk, 4, 3)
+    if rows[:, :, 1].min() < 1 or rows[:, :, 1].max() > 31:
+        return None
+    st = np.concatenate([r[:, 0:2], w, r[:, 2:4], rows[:, :, [0, 2]].reshape(nblk, 8)], axis=1).reshape(-1)
+    return st, [[int(e) for e in blk] for blk in rows[:, :, 1]]
 
 
 SCALED_MAX = 2 ** 23   # |acc| below this: 256 acc fits int32 (the "scaled" requantization)

