@@ -78,9 +78,9 @@ KP, clamp kind). On an386 (vs the int16 taps / 16-byte records): flash
 -17 B per 3x3 channel (VWW -20.7 KB), +0.3-0.5 % instructions per model.
 
 Cost on mps2-an386 (3x3, estimated cycles / MAC, sim/cycles.py): ~13
-cycles per output (1.45 / MAC) along a line; conversion ~2 per input
-element and band. VWW 48x48x8 2.10, 24x24x32 2.28, 12x12x64 2.14, 6x6x128
-2.73, 3x3x256 3.96, stride 2: 3.6-4.6 (the older kernels: 5.4-6.2).
+cycles per output (1.45 / MAC) along a line; conversion ~1.5 per input
+element and band. VWW 48x48x8 1.85, 24x24x32 1.95, 12x12x64 1.90, 6x6x128
+2.05, 3x3x256 3.08, stride 2: 2.7-3.3 (the older kernels: 5.4-6.2).
 
 Handled: NHWC int8 in / out, the "fast" fixed-point requantization of
 isa.dsp (|acc| < 2^30, right shifts 1..31, |nudge| < 2^30) with mult >=
@@ -302,7 +302,7 @@ def _band(kh: int, sh: int, kp: int, oh: int):
 
 UNROLL_MAX = 24           # most outputs per line run as one unrolled sequence (code per line)
 LINES_MAX = 36            # most outputs per channel of a one-band layer whose lines are unrolled too
-CHUNK = 12                # longer lines: a loop over chunks of this many outputs (even), then the rest
+CHUNK = 24                # longer lines: a loop over chunks of this many outputs (even), then the rest
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
 ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always" where it applies, "never")
 CV_MAX = 96               # most (pair-row, column) steps of an unrolled conversion (code size)
