@@ -439,7 +439,7 @@ UNROLLED = [
     dw(8, 3, 3, (3, 3), pads=(1, 1, 1, 1)),
     dw(12, 6, 6, (3, 3), (2, 2), (0, 0, 1, 1)),
     dw(8, 10, 48, (3, 3), pads=(1, 1, 1, 1)),
-    dw(4, 5, 27, (3, 3), pads=(1, 1, 1, 1)),
+    dw(4, 5, 51, (3, 3), pads=(1, 1, 1, 1)),
     dw(8, 12, 13, (3, 3), (2, 2), (1, 1, 1, 1)),
     dw(8, 11, 2, (3, 2), pads=(1, 0, 1, 0)),
     dw(8, 9, 9, (5, 5), pads=(2, 2, 2, 2)),
@@ -456,7 +456,7 @@ def test_unrolled_forms_on_an386(monkeypatch):
     from cuvil_mcu.sim import qemu
     monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
     monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)     # one band for the 6x6 layer
-    assert dsp_dw.CHUNK < 27 < 2 * dsp_dw.CHUNK + 4 and 48 % dsp_dw.CHUNK == 0 and 36 <= dsp_dw.LINES_MAX
+    assert dsp_dw.UNROLL_MAX < 48 and 48 % dsp_dw.CHUNK == 0 and 51 % dsp_dw.CHUNK % 2 and 36 <= dsp_dw.LINES_MAX
     model, feeds = build(UNROLLED, seed=41)
     c = compile_model(model, board=BOARD)
     relu = {n.name for n in c.graph.nodes[::2]}

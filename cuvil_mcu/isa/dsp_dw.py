@@ -300,7 +300,7 @@ def _band(kh: int, sh: int, kp: int, oh: int):
     return None
 
 
-UNROLL_MAX = 24           # most outputs per line run as one unrolled sequence (code per line)
+UNROLL_MAX = 32           # most outputs per line run as one unrolled sequence (code per line)
 LINES_MAX = 36            # most outputs per channel of a one-band layer whose lines are unrolled too
 CHUNK = 24                # longer lines: a loop over chunks of this many outputs (even), then the rest
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
