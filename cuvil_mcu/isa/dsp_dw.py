@@ -26,6 +26,14 @@ CHUNK outputs (each chunk reloads the kw - sw columns it shares with
 the next). Code: the depthwise kernels of VWW 8.3 -> 17.2 KB of .text
 (+3.1 % of its flash), MobileNetV2 9.2 -> 20.4 KB (+2.1 %), KWS 0.9 -> 2.0 KB.
 
+The padding cells of the planes (pair-rows of padding, lf / rf columns) are
+the same for every channel group: filled once per band. A one-band layer of
+few outputs (lines unrolled) has its conversion unrolled too, with the
+geometry a literal (kernel name tag g<rows>_<pt>_<lf>_<nc>_<rin>). Where the
+leanest plan has free arena at the step (Emitter.scratch_free, half of it
+taken at most), the bands are widened up to KP_MAX pair-rows: fewer bands,
+each input row converted fewer times.
+
 Three buffer layouts (emit chooses; the read/write order is declared for
 each, planner/windows.py): row bands of lb lines with 4 channels' planes
 (the default; written over its input the output lags one row), 4 channels'
@@ -70,9 +78,9 @@ KP, clamp kind). On an386 (vs the int16 taps / 16-byte records): flash
 -17 B per 3x3 channel (VWW -20.7 KB), +0.3-0.5 % instructions per model.
 
 Cost on mps2-an386 (3x3, estimated cycles / MAC, sim/cycles.py): ~13
-cycles per output (1.45 / MAC) along a line; conversion ~2 per input
-element and band. VWW 48x48x8 2.10, 24x24x32 2.28, 12x12x64 2.14, 6x6x128
-2.73, 3x3x256 3.96, stride 2: 3.6-4.6 (the older kernels: 5.4-6.2).
+cycles per output (1.45 / MAC) along a line; conversion ~1.5 per input
+element and band. VWW 48x48x8 1.85, 24x24x32 1.95, 12x12x64 1.90, 6x6x128
+2.05, 3x3x256 3.08, stride 2: 2.7-3.3 (the older kernels: 5.4-6.2).
 
 Handled: NHWC int8 in / out, the "fast" fixed-point requantization of
 isa.dsp (|acc| < 2^30, right shifts 1..31, |nudge| < 2^30) with mult >=
@@ -292,11 +300,13 @@ def _band(kh: int, sh: int, kp: int, oh: int):
     return None
 
 
-UNROLL_MAX = 12           # most outputs per line run as one unrolled sequence (code per line)
+UNROLL_MAX = 32           # most outputs per line run as one unrolled sequence (code per line)
 LINES_MAX = 36            # most outputs per channel of a one-band layer whose lines are unrolled too
-CHUNK = 12                # longer lines: a loop over chunks of this many outputs (even), then the rest
+CHUNK = 24                # longer lines: a loop over chunks of this many outputs (even), then the rest
 ONE_MAX = 8192            # most bytes of the one-channel plane (arena scratch)
 ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always" where it applies, "never")
+CV_MAX = 96               # most (pair-row, column) steps of an unrolled conversion (code size)
+KP_MAX = 16              # most pair-rows per column of the band buffer
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
 
 
@@ -429,6 +439,15 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                     break
         if not band:
             return False
+        # more lines per band where the leanest plan has the room at this step
+        # (each input row converted fewer times, fewer per-band setups)
+        free = k.scratch_free() // 2
+        for kp2 in range(KP_MAX, kp, -1):
+            plane2 = -(-wcols * kp2 // PLANE_STEP) * PLANE_STEP
+            band2 = _band(kh, sh, kp2, oh) if 16 * plane2 <= free else None
+            if band2 and band2[0] > band[0]:
+                kp, band = kp2, band2
+                break
     lb, nk_extra = band
     plane = -(-wcols * kp // PLANE_STEP) * PLANE_STEP
     lf = min(pl, wcols)
@@ -453,11 +472,23 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     lines = lb if lb == oh and oh * ow <= LINES_MAX else 0
     # the input's column stride a literal too where it is not the output's (transposed)
     cin_tag = f"i{cl_in[1]}" if cl_in[1] != cl_out[1] else ""
-    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}_kp{kp}")
+    # that one band's conversion unrolled with the geometry literal (3x3 and 6x6
+    # layers: its loops, padding tests and branches cost as much as the conversion):
+    # per pair-row holding input rows, (k, byte offset of row 2k, of row 2k + 1 or None)
+    cv = []
+    if lines and not take_one:
+        nk = ((lines - 1) * sh + kh + nk_extra) >> 1
+        for kk in range(nk):
+            ra = [r if 0 <= r < h else None for r in (2 * kk - pt, 2 * kk + 1 - pt)]
+            if ra != [None, None]:
+                cv.append((kk,) + tuple(None if r is None else r * cl_in[0] for r in ra))
+        cv = cv if len(cv) * nc <= CV_MAX else []
+    gtag = f"g{h}_{pt}_{lf}_{nc}_{cl_in[0]}" if cv else ""
+    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{gtag}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
-                               "cin": cl_in[1],
+                               "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s",
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
