@@ -331,6 +331,22 @@ def test_add_tables_arithmetic():
         np.testing.assert_array_equal(y, ref, err_msg=str((sa, za, sb, zb, sy, zy, relu)))
 
 
+def _add_exact_on(board, c, feeds):
+    """The add models' outputs equal the reference bit for bit: the host
+    build (plain C) or QEMU (the DSP instructions)."""
+    if board == "host-c":
+        assert_graph_outputs_exact(c.graph, run_host(c, feeds), feeds, min_unique=4)
+        return
+    import shutil
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu.sim import qemu
+    r = qemu.simulate(c, {n: feeds[n] for n in c.graph.inputs}, board)
+    ref = reference.run(c.graph, feeds)
+    for name, o in zip(c.graph.outputs, r.outputs):
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+
+
 @pytest.mark.parametrize("board", ["host-c", "qemu-mps2-an386"])
 def test_add_tables(board, monkeypatch):
     """The table kernel in the DSP header (the fallback of qadd_mla_dsp, so
@@ -344,17 +360,7 @@ def test_add_tables(board, monkeypatch):
     c = rerender(compile_model(model, board=BOARD), lambda n: (0.0, float("inf")) if n.name in relu else None)
     assert c.header.count("__qadd_tab_dsp_") >= len(ADD_CASES) and "__qadd_s8_" not in c.header
     assert "asr #" in c.header and "y < 4 ? 4 : y" in c.header    # SSAT with the shift; the Relu's clamp
-    if board == "host-c":
-        assert_graph_outputs_exact(c.graph, run_host(c, feeds), feeds, min_unique=4)
-        return
-    import shutil
-    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
-        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
-    from cuvil_mcu.sim import qemu
-    r = qemu.simulate(c, {n: feeds[n] for n in c.graph.inputs}, board)
-    ref = reference.run(c.graph, feeds)
-    for name, o in zip(c.graph.outputs, r.outputs):
-        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+    _add_exact_on(board, c, feeds)
 
 
 # --- QLinearAdd as x * alpha + t[u] >> m (qadd_mla_dsp) ---------------------------
@@ -451,14 +457,4 @@ def test_add_mla(board):
     (_, _, u0), (out, x, u) = ([p.strip() for p in ln.split("(", 1)[1].split(",")[:3]] for ln in calls[-2:])
     assert out in (x, u), f"the chain's second Add is not in place: {calls[-1]}"
     assert u0 == u, f"the chain's first Add (B of the larger scale) did not swap: {calls[-2:]}"   # both read c
-    if board == "host-c":
-        assert_graph_outputs_exact(c.graph, run_host(c, feeds), feeds, min_unique=4)
-        return
-    import shutil
-    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
-        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
-    from cuvil_mcu.sim import qemu
-    r = qemu.simulate(c, {n: feeds[n] for n in c.graph.inputs}, board)
-    ref = reference.run(c.graph, feeds)
-    for name, o in zip(c.graph.outputs, r.outputs):
-        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+    _add_exact_on(board, c, feeds)

@@ -481,8 +481,7 @@ def smmla_fit(n: int, want: np.ndarray, mult: int, sh: int, lo: int, hi: int):
             hi_k = min(hi_k, ((w + 1) * d - 1 - p) >> 32)
         if lo_k > hi_k:
             return None
-    a = np.arange(-128 * n, 127 * n + 1, dtype=object)
-    got = [min(max(((x << 16) * mult + (lo_k << 32)) >> (32 + sh), lo), hi) for x in a.tolist()]
+    got = [min(max(((x << 16) * mult + (lo_k << 32)) >> (32 + sh), lo), hi) for x in range(-128 * n, 127 * n + 1)]
     return lo_k if got == want.tolist() else None
 
 
