@@ -225,6 +225,55 @@ def gather_plan(kh: int, ll: int, kk: int) -> list[list[dict]]:
     return words
 
 
+def gather_asm(plan, rb: int, swc: int) -> list[str] | None:
+    """qconv2_ublocks_dsp's row kernel: Arm instructions that gather both
+    pixels of a pair (the second swc bytes after the first) from the rows
+    r0 + r * rb into xe at sp (int32 index 4 g + q and 4 g + 2 + q for
+    word g of pixel q, as the C gather), the plan's parts (gather_plan) as
+    immediate-offset loads, UBFX/shifts and ORs; registers r1..r(n) the
+    loads, r10 r11 the word and a part, r12 lr the split. None for byte
+    plans, more than 9 loads per pixel or offsets past LDR's 4095."""
+    parts = [t for g in plan for t in g]
+    if any(t["byte"] for t in parts) or len(parts) > 9 or \
+            max((t["r"] * rb + t["off"] for t in parts), default=0) + swc > 4095:
+        return None
+    ins = []
+    for q in range(2):
+        n = 0
+        for t in parts:
+            n += 1
+            ins.append(f"ldr r{n}, [r0, #{q * swc + t['r'] * rb + t['off']}]")
+        n = 0
+        for g, word in enumerate(plan):
+            v = None
+            for t in word:
+                n += 1
+                rsh, lsh = t["rsh"], t["lsh"]
+                width = 32 - max(rsh, lsh) if t["mask"] is None else t["mask"].bit_length()
+                src = f"r{n}"
+                if rsh and (width < 32 - rsh or lsh):
+                    ins.append(f"ubfx r11, r{n}, #{rsh}, #{width}")
+                    src, rsh = "r11", 0
+                elif not rsh and width < 32 - lsh:
+                    ins.append(f"ubfx r11, r{n}, #0, #{width}")
+                    src = "r11"
+                sh = f", lsl #{lsh}" if lsh else f", lsr #{rsh}" if rsh else ""
+                if v is None:
+                    if sh:
+                        ins.append(f"mov r10, {src}{sh}")
+                        v = "r10"
+                    else:
+                        v = src
+                else:
+                    if v != "r10":
+                        ins.append(f"mov r10, {v}")
+                        v = "r10"
+                    ins.append(f"orr r10, r10, {src}{sh}")
+            ins += [f"sxtb16 r12, {v}", f"sxtb16 lr, {v}, ror #8",
+                    f"str r12, [sp, #{16 * g + 4 * q}]", f"str lr, [sp, #{16 * g + 8 + 4 * q}]"]
+    return ins
+
+
 def acc_bound(wr: np.ndarray, folded: np.ndarray) -> int:
     """max over channels of |acc| for any int8 input: |bias'| + 128 sum |w|."""
     return int((np.abs(folded) + 128 * np.abs(wr).sum(axis=1)).max()) if wr.size else 0
@@ -332,7 +381,7 @@ def emit(node, x, w, outs, k, p) -> bool:
     rec = records_natural(folded, m, mult) if nat else records(pairs, folded, m, mode, mult, second)
     # first layers with few blocks: the blocks unrolled for this layer (shifts as immediates)
     ust = ustream(wpk, rec, m4 // 4, nkp) if nat and plan and nkp and m4 // 4 <= UBLOCKS_MAX else None
-    ublocks = ""
+    ublocks = urow = ""
     if ust is not None:
         st, es = ust
         import hashlib
@@ -340,11 +389,21 @@ def emit(node, x, w, outs, k, p) -> bool:
         ublocks = k.kernel("qconv2_ublocks_dsp", {"name": f"{'c' * corr}k{nkp}_b{m4 // 4}_{tag}", "nkp": nkp,
                                                   "nblk": m4 // 4, "es": es, "corr": corr})
         name += "_u" + tag
+        # runs of pixel pairs inside the input: the gather in assembly too (the pixel loop's
+        # gather, call and stack traffic were a third of the layer); from the first pair up only
+        row = gather_asm(plan, wd * c, sw * c) if not rev else None
+        if row is not None:
+            rtag = hashlib.sha1(repr((nkp, es, row, m, sw * c, wd * c)).encode()).hexdigest()[:10]
+            urow = k.kernel("qconv2_ublocks_dsp", {"name": f"row_{'c' * corr}k{nkp}_b{m4 // 4}_{rtag}", "nkp": nkp,
+                                                   "nblk": m4 // 4, "es": es, "corr": corr, "row": row, "m": m,
+                                                   "swc": sw * c, "rb": wd * c})
+            name += "_r" + rtag
     blocks = k.kernel("qconv2_blocks_dsp", {"name": ("nc" if corr else "n") + (f"_k{nkp}" if nkp else ""),
                                             "nkp": nkp, "corr": corr}) if nat and not ublocks else ""
     fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp, "blocks": blocks,
                                  "plan": plan, "kh": kh, "ll": kw * c, "k4": k4, "gs": gs, "nat": nat, "corr": corr,
-                                 "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev, "ublocks": ublocks})
+                                 "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev, "ublocks": ublocks,
+                                 "urow": urow})
     wsym = k.const(wpk, f"{w.name}_dsp2")
     rsym = k.const(rec.astype(np.int32), f"{node.name}_pairs")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
