@@ -318,6 +318,36 @@ FIRST = [
 ]
 
 
+# first layers whose pixel pairs run through qconv2_ublocks_dsp's row kernel (runs of pairs
+# inside the input gathered in assembly): rows of 7 outputs (a row's pairs start at its
+# first or its second pixel, pairs across rows; VWW-like padding after only), stride 1
+# with 16 channels (IC-like)
+ROWS = [
+    ((1, 3, 10, 11), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 3, 13, 14), (8, 3, 3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+]
+
+
+def test_first_conv_rows_on_qemu():
+    """The row kernel bit-exact on the M4 (VWW's first layer: test_sim's shared models on QEMU)."""
+    import re
+    import shutil
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu.sim import qemu
+    board = "qemu-mps2-an386"
+    for i, a in enumerate(ROWS):
+        # (one model each: as parallel branches the planner runs one of them from the last pair down)
+        model, feeds = build([("conv", a, {})], seed=37 + i)
+        c = compile_model(model, board=board)
+        assert re.search(r"static void \w*__qconv2_ublocks_dsp_row_\w*\(", c.header), a
+        g = c.graph
+        r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
+        ref = reference.run(g, feeds)[g.outputs[0]]
+        assert np.unique(ref).size > 4
+        np.testing.assert_array_equal(r.outputs[0].reshape(ref.shape), ref, err_msg=f"{board}: {a}")
+
+
 def test_first_convs_on_qemu():
     """Random first layers bit-exact on the M4 (the gather's inside and
     border paths, K = 27 unrolled, odd M, one and four input channels, the
