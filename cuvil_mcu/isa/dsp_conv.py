@@ -381,22 +381,28 @@ def emit(node, x, w, outs, k, p) -> bool:
     rec = records_natural(folded, m, mult) if nat else records(pairs, folded, m, mode, mult, second)
     # first layers with few blocks: the blocks unrolled for this layer (shifts as immediates)
     ust = ustream(wpk, rec, m4 // 4, nkp) if nat and plan and nkp and m4 // 4 <= UBLOCKS_MAX else None
+    # 256 acc into SMMLA (emit_pw's "scaled" rows) where the sign fix is not needed and 256 acc fits
+    scaled = ust is not None and not corr and bound < SCALED_MAX and scaled_rows(mult) is not None
+    if scaled:
+        ust = ustream_scaled(wpad, pairs, folded, m, mult, m4 // 4, nkp)
     ublocks = urow = ""
     if ust is not None:
         st, es = ust
         import hashlib
-        tag = hashlib.sha1(repr((nkp, es)).encode()).hexdigest()[:10]
-        ublocks = k.kernel("qconv2_ublocks_dsp", {"name": f"{'c' * corr}k{nkp}_b{m4 // 4}_{tag}", "nkp": nkp,
-                                                  "nblk": m4 // 4, "es": es, "corr": corr})
+        tag = hashlib.sha1(repr((nkp, es, scaled)).encode()).hexdigest()[:10]
+        ublocks = k.kernel("qconv2_ublocks_dsp", {"name": f"{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{tag}",
+                                                  "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
+                                                  "scaled": scaled})
         name += "_u" + tag
         # runs of pixel pairs inside the input: the gather in assembly too (the pixel loop's
         # gather, call and stack traffic were a third of the layer); from the first pair up only
         row = gather_asm(plan, wd * c, sw * c) if not rev else None
         if row is not None:
-            rtag = hashlib.sha1(repr((nkp, es, row, m, sw * c, wd * c)).encode()).hexdigest()[:10]
-            urow = k.kernel("qconv2_ublocks_dsp", {"name": f"row_{'c' * corr}k{nkp}_b{m4 // 4}_{rtag}", "nkp": nkp,
-                                                   "nblk": m4 // 4, "es": es, "corr": corr, "row": row, "m": m,
-                                                   "swc": sw * c, "rb": wd * c})
+            rtag = hashlib.sha1(repr((nkp, es, scaled, row, m, sw * c, wd * c)).encode()).hexdigest()[:10]
+            urow = k.kernel("qconv2_ublocks_dsp", {"name": f"row_{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{rtag}",
+                                                   "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
+                                                   "scaled": scaled, "row": row, "m": m, "swc": sw * c,
+                                                   "rb": wd * c})
             name += "_r" + rtag
     blocks = k.kernel("qconv2_blocks_dsp", {"name": ("nc" if corr else "n") + (f"_k{nkp}" if nkp else ""),
                                             "nkp": nkp, "corr": corr}) if nat and not ublocks else ""
@@ -430,6 +436,16 @@ def ustream(wpk: np.ndarray, rec: np.ndarray, nblk: int, nkp: int):
     if rows[:, :, 1].min() < 1 or rows[:, :, 1].max() > 31:
         return None
     st = np.concatenate([r[:, 0:2], w, r[:, 2:4], rows[:, :, [0, 2]].reshape(nblk, 8)], axis=1).reshape(-1)
+    return st, [[int(e) for e in blk] for blk in rows[:, :, 1]]
+
+
+def ustream_scaled(wpad, pairs, folded, m: int, table, nblk: int, nkp: int):
+    """ustream for the "scaled" rows (requant_scaled): per block T A, S A,
+    T B, S B (stream's), the weight words, then (mult, 64 + 128 nudge) per
+    store; shifts e + 7 (1..31: scaled_rows)."""
+    s = stream(wpad, pairs, folded, m, table, None, True).reshape(nblk, 4 + 2 * nkp + 12)
+    rows = s[:, 4 + 2 * nkp:].reshape(nblk, 4, 3)
+    st = np.concatenate([s[:, :4 + 2 * nkp], rows[:, :, [0, 2]].reshape(nblk, 8)], axis=1).reshape(-1)
     return st, [[int(e) for e in blk] for blk in rows[:, :, 1]]
 
 
