@@ -32,7 +32,13 @@ K-pair starting the accumulators from the biases, the requantization rows
 (records_natural) read by LDM, stores by immediate offsets (first layers
 with M <= 16: qconv2_ublocks_dsp instead, the blocks unrolled for the
 layer, xe at immediate offsets, one stream of biases, weights and (mult,
-nudge) rows (ustream), the shifts as SSAT's immediates); elsewhere (the
+nudge) rows (ustream), the shifts as SSAT's immediates, emit_pw's
+"scaled" rows where the sign fix is not needed (ustream_scaled); from the
+first pair up, runs of pixel pairs on one output row whose windows lie
+inside the input go to its row kernel: the gather in assembly too
+(gather_asm: immediate offsets from one pointer), xe on its stack, no
+call per pair; the other pairs, and every pair in C, gather from one base
+pointer when both windows are inside); elsewhere (the
 other orders, -O0 without the DSP extension, the host) the C loop with 13
 pinned registers or plain C. Padding taps read x_zp (the bias has -x_zp * sum(w) folded
 in), written straight into xe as halfword pairs. M is padded to a multiple
