@@ -293,6 +293,10 @@ def emit(node, x, w, outs, k, p) -> bool:
         if fast is not None:
             mode, mult, second = fast
     sat = dsp._sat(p.rq)
+    from . import dsp_pwsk
+    # K = 4 or 8 pointwise: the inputs in registers, the channels unrolled (dsp_pwsk.py)
+    if plan is None and dsp_pwsk.emit(node, x, outs, k, p, wr, folded, mode, mult, sat):
+        return True
     gextra = 8 * kh + -(-kw * c // 4) * 4 + kh * kw * c if plan else 0    # (pointers: 8 bytes on a 64-bit host)
     gs = bool(plan) and xe + gextra <= k.scratch_free()     # (the free bytes hold xe too)
     from . import dsp_rows
