@@ -78,6 +78,7 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
     npx, nb = oh * ow, geo.n
     rev = k.variant() == "rev"
     tag = hashlib.sha1(repr((c, m, es)).encode()).hexdigest()[:10]
+    k.kernel("requant_fixed")     # (intrin_dsp's helpers come after it, as qconv2_dsp's)
     k.kernel("intrin_dsp")
     k.kernel("intrin_conv_dsp")
     name = f"k{c}_m{m}_{tag}" + ("_rev" if rev else "")
