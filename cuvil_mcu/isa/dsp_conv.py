@@ -49,6 +49,10 @@ and the split in assembly too, one stream per block (biases, weights,
 rows), and where the sign fix is not needed 256 acc into SMMLA
 (requant_scaled).
 
+Pointwise layers with K = 4 or 8 (the "fast" requantization, no sign fix,
+M <= dsp_pwsk.MAX_M) run dsp_pwsk.py's kernel before any of these: the two
+pixels' inputs in registers, the channels unrolled (no per-block overhead).
+
 Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
