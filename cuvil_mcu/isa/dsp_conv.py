@@ -55,6 +55,10 @@ and the split in assembly too, one stream per block (biases, weights,
 rows), and where the sign fix is not needed 256 acc into SMMLA
 (requant_scaled).
 
+Pointwise layers with K = 4 or 8 (the "fast" requantization, no sign fix,
+M <= dsp_pwsk.MAX_M) run dsp_pwsk.py's kernel before any of these: the two
+pixels' inputs in registers, the channels unrolled (no per-block overhead).
+
 Variants: "_pw" (1x1, no padding: one run of C bytes per pixel), general
 (C % 4 == 0; border taps per kernel column), "_g<kh>x<kw*C>" (C % 4 != 0,
 first layers: the kh rows of kw*C bytes concatenated into K bytes by an
@@ -348,6 +352,10 @@ def emit(node, x, w, outs, k, p) -> bool:
         if fast is not None:
             mode, mult, second = fast
     sat = dsp._sat(p.rq)
+    from . import dsp_pwsk
+    # K = 4 or 8 pointwise: the inputs in registers, the channels unrolled (dsp_pwsk.py)
+    if plan is None and dsp_pwsk.emit(node, x, outs, k, p, wr, folded, mode, mult, sat):
+        return True
     gextra = 8 * kh + -(-kw * c // 4) * 4 + kh * kw * c if plan else 0    # (pointers: 8 bytes on a 64-bit host)
     gs = bool(plan) and xe + gextra <= k.scratch_free()     # (the free bytes hold xe too)
     from . import dsp_rows

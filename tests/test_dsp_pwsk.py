@@ -1,0 +1,91 @@
+"""The small-K pointwise kernel (cuvil_mcu/isa/dsp_pwsk.py,
+kernels/qconv2_pwsk_dsp.c.j2): random 1x1 layers with K = 4 and 8, channel
+counts that are and are not multiples of 4 (1 .. 64), odd and even pixel
+counts, per-channel and per-tensor scales, both loop orders, run on
+qemu-mps2-an386 (the assembly) and on the host with strict warnings (the
+plain-C fallback), equal to the numpy reference bit for bit; the kernel's
+requantization formula against quant.py's on the edges."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+from cuvil_mcu import reference
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.isa import dsp_pwsk
+from test_isa_dsp import build, run_host
+
+# x (NCHW), w: K in {4, 8}; M 1 .. 64 (MAX_M), not only multiples of 4; pixel counts odd and even
+LAYERS = [((1, 8, 5, 7), (16, 8, 1, 1)), ((1, 8, 4, 6), (13, 8, 1, 1)), ((1, 4, 3, 3), (20, 4, 1, 1)),
+          ((1, 4, 2, 5), (7, 4, 1, 1)), ((1, 8, 1, 1), (64, 8, 1, 1)), ((1, 8, 3, 1), (1, 8, 1, 1)),
+          ((1, 8, 6, 6), (48, 8, 1, 1))]
+# not taken: K = 12 (too many registers), M past MAX_M, and a zero point above the clamp's low end
+OTHERS = [((1, 12, 3, 3), (8, 12, 1, 1)), ((1, 8, 2, 3), (68, 8, 1, 1)), ((1, 8, 3, 3), (16, 8, 1, 1))]
+
+
+def _model():
+    layers = LAYERS + OTHERS
+    model, feeds = build([("conv", (xs, ws, {}), {"per_channel": i != 1}) for i, (xs, ws) in enumerate(layers)],
+                         seed=45)
+    for t in model.graph.initializer:
+        # the clamp's low end at the zero point (ReLU-like), except the last layer
+        if t.name.startswith("yz") and int(t.name[2:]) != len(layers) - 1:
+            t.CopyFrom(numpy_helper.from_array(np.array(-128, np.int8), t.name))
+    return model, feeds
+
+
+@pytest.mark.parametrize("rev", [False, True])
+def test_small_k_pointwise_on_qemu(rev, monkeypatch):
+    """rev: every node takes its "rev" loop order (pixel pairs from the last
+    down, the odd pixel first; only those orders may alias)."""
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu import codegen
+    from cuvil_mcu.sim import qemu
+    if rev:
+        order = codegen.Emitter.order
+        monkeypatch.setattr(codegen.Emitter, "order",
+                            lambda self, i, o, variant=None: order(self, i, o, variant) if variant == "rev" else None)
+        monkeypatch.setattr(codegen.Emitter, "variant", lambda self: "rev")
+    model, feeds = _model()
+    c = compile_model(model, board="qemu-mps2-an386")
+    calls = re.findall(r"^\s*\w+__qconv2_pwsk_dsp_(k\d+_m\d+)_[0-9a-f]{10}(?:_rev)?\(", c.header, re.M)
+    want = [f"k{ws[1]}_m{ws[0]}" for _, ws in LAYERS]
+    assert sorted(calls) == sorted(want), (calls, want)
+    if rev:
+        assert len(re.findall(r"^\s*\w+__qconv2_pwsk_dsp_\w+_rev\(", c.header, re.M)) == len(LAYERS)
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
+    ref = reference.run(g, feeds)
+    outs = dict(zip(g.outputs, r.outputs))
+    if not rev:   # the plain-C fallback (host, -Wall -Wextra -Werror -pedantic)
+        outs_host = dict(zip(g.outputs, run_host(c, feeds)))
+    for name in g.outputs:
+        assert np.unique(ref[name]).size > 4 or ref[name].size < 16, name
+        np.testing.assert_array_equal(outs[name].reshape(ref[name].shape), ref[name], err_msg=name)
+        if not rev:
+            np.testing.assert_array_equal(outs_host[name].reshape(ref[name].shape), ref[name],
+                                          err_msg=f"host {name}")
+
+
+def test_requant_matches_quant():
+    """dsp_pwsk.requant (the kernel's SMMLAR of 2 acc, no sign fix, SSAT)
+    equals TFLM's double rounding (quant.requantize_fixed) + zero point,
+    saturated to int8, when the zero point is -128 (the clamp's low end):
+    random and boundary accumulators below 2^30, multipliers at both ends
+    of [2^30, 2^31), shifts 1..31."""
+    from cuvil_mcu import quant
+    rng = np.random.RandomState(47)
+    acc = np.concatenate([rng.randint(-2 ** 30 + 1, 2 ** 30, 100_000), rng.randint(-2 ** 16, 2 ** 16, 100_000),
+                          np.arange(-4096, 4097), [2 ** 30 - 1, -2 ** 30 + 1]]).astype(np.int64)
+    for mult in (2 ** 30, 2 ** 30 + 1, 1518500250, 2 ** 31 - 1, int(rng.randint(2 ** 30, 2 ** 31))):
+        for e in (1, 2, 7, 8, 13, 17, 24, 31):
+            nudge = (1 << (e - 1)) - 128 * (1 << e)
+            want = np.clip(quant.requantize_fixed(acc, mult, -e) - 128, -128, 127)
+            got = dsp_pwsk.requant(acc, mult, e, nudge)
+            bad = np.flatnonzero(got != want)
+            assert bad.size == 0, (mult, e, acc[bad[:5]], got[bad[:5]], want[bad[:5]])
