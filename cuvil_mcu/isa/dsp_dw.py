@@ -94,6 +94,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..planner import windows
+from .dsp_conv import SCALED_MAX, common_shift, scaled_rows
 
 
 BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
@@ -235,6 +236,53 @@ def record(fold, mult, e) -> np.ndarray:
     r0 = fold * 8 + (e & 7)
     r1 = (mult - 2 ** 30 + ((e >> 3) << 30)).astype(np.uint32).view(np.int32)
     return np.stack([r0.astype(np.int32), r1], axis=1).reshape(-1)
+
+
+def scaled_plan(w2, fold, tab, yzp, lo, hi):
+    """[channel][mult, E, n] of the "scaled" requantization (isa.dsp_conv:
+    taps times 256 in the weight words, so the accumulator holds 256 acc,
+    then SMMLA(256 acc, mult, n), ASR E, the clamp; equal to the doubled
+    kernel's "z" arithmetic, so only where the sign fix is not needed), its
+    shifts made one where dsp_conv.common_shift proves the outputs the same
+    for every input (SSAT's immediate shift: one instruction less per
+    output), or None: |acc| must stay below 2^23 (256 acc in int32) over
+    every int8 input, E <= 31, |n| < 2^30 (scaled_rows). A channel whose
+    clamped output is the same q over its whole acc range (both ends give
+    it: the arithmetic is monotonic) becomes (mult 0, n = q 2^E, bias 0):
+    SMMLA gives n whatever the accumulator holds, so its acc range and
+    shift do not count (VWW's 6x6x128 layers: channels of shift 22 and
+    biases near 2^27). Returns (rows, folded biases) or None."""
+    fold = np.asarray(fold, np.int64).reshape(-1)
+    t = np.asarray(tab, np.int64).reshape(-1, 3)
+    wr = np.asarray(w2, np.int64).reshape(-1, len(fold)).T            # [channel][taps]
+    bot = fold + np.minimum(127 * wr, -128 * wr).sum(axis=1)
+    top = fold + np.maximum(127 * wr, -128 * wr).sum(axis=1)
+    q_bot = np.clip(requant_dw(bot, t[:, 0], t[:, 1], yzp, corr=False), lo, hi)
+    q_top = np.clip(requant_dw(top, t[:, 0], t[:, 1], yzp, corr=False), lo, hi)
+    const = q_bot == q_top
+    live = ~const
+    e_c = 16
+    if live.any():
+        lr = scaled_rows(t[live])
+        if lr is None or max(-int(bot[live].min()), int(top[live].max())) >= SCALED_MAX:
+            return None
+        e_c = int(lr[:, 1].min())       # (the shift common_shift would give every channel)
+    rows = np.stack([np.zeros_like(fold), np.full_like(fold, e_c), q_bot << e_c], axis=1)
+    fold = np.where(const, 0, fold)
+    if live.any():
+        rows[live] = lr
+    bot, top = np.where(const, 0, bot), np.where(const, 0, top)
+    one = common_shift(rows, bot, top)
+    return np.asarray(rows if one is None else one, np.int64), fold
+
+
+def record_scaled(fold, rows) -> np.ndarray:
+    """The 3 int32 words per channel of the scaled kernel (flattened): 256
+    fold + E (the kernel's accumulator start is r0 & ~255, ASR by r0 reads
+    its low byte E), mult, n."""
+    fold = np.asarray(fold, np.int64).reshape(-1)
+    rows = np.asarray(rows, np.int64).reshape(-1, 3)
+    return np.stack([256 * fold + rows[:, 1], rows[:, 0], rows[:, 2]], axis=1).astype(np.int32).reshape(-1)
 
 
 def unpack_record(rec):
@@ -392,6 +440,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         return False
     lo, hi = max(int(p.rq.lo), -128), min(int(p.rq.hi), 127)
     corr = lo < yzp
+    plan = scaled_plan(w2, fold, tab, yzp, lo, hi) if not corr else None
+    srows, sfold = plan if plan is not None else (None, None)
     dies = k.input_dies(x)
     # one channel at a time over the whole plane (no row bands): the input is
     # converted once and the lines may run along the longer output dimension
@@ -462,7 +512,10 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     k.kernel("intrin_dsp")
     k.kernel("intrin_dw_dsp")
     rq = "s" if lo == -128 and hi == 127 else "c"
-    name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
+    es = None if srows is None else srows[:, 1]
+    e_one = int(es[0]) if es is not None and np.all(es == es[0]) else 0
+    stag = "" if srows is None else f"e{e_one}" if e_one else "v"
+    name = f"{'n' if corr else 'z'}{rq}{stag}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
     # ow and cout literals: the passes of a line at immediate offsets (lines up to
     # UNROLL_MAX outputs unrolled whole, longer ones loop over chunks of CHUNK);
     # one kernel per width and output stride
@@ -490,7 +543,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
-                               "corr": corr, "sat": rq == "s",
+                               "corr": corr, "sat": rq == "s", "scaled": srows is not None, "e": e_one,
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
                                                g=(kh + ph + 1) // 2,
                                                chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
@@ -502,7 +555,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     taps[:, pos.reshape(-1)] = w2.reshape(kh * kw, c).T                  # tap (i, j) at byte pos[i][j]
     taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
     wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
-    rec = record(fold, mq, e)
+    rec = record(fold, mq, e) if srows is None else record_scaled(sfold, srows)
     rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
     if take_one:
