@@ -531,3 +531,33 @@ def test_scaled_requant_on_an386_and_host():
             assert np.unique(ref[name]).size >= 4, name
     last = ref[g.outputs[-1]]
     assert (last[:, 1] == 127).all() and (last[:, 2] == -128).all()
+
+
+def test_one_shift_solves_what_common_shift_cannot():
+    """dsp_dw.one_shift on per-channel shifts 3..10 (VWW's 3x3x256 layer:
+    3..16) with a few levels per channel: dsp_conv.common_shift
+    finds no rows (for this seed), the solver's one shift gives the same
+    int8 as the original requantization (requant_dw without the sign fix,
+    saturated: quant's fast arithmetic) for every acc of each channel's
+    range, computed as the kernel does (SMMLA, ASR, SSAT)."""
+    from cuvil_mcu.isa.dsp_conv import common_shift, scaled_rows
+    rng = np.random.default_rng(0)
+    c, yzp = 8, -128
+    e = np.arange(3, 11)
+    mult = rng.integers(2 ** 30, 2 ** 31, c)
+    nudge = (1 << (e - 1)) + yzp * (1 << e)
+    tab = np.stack([mult, e, nudge], axis=1)
+    span = 3 << e                                             # 2..6 levels either side
+    bot = (rng.integers(20, 100, c) << e) - span              # inside the int8 range of outputs
+    top = bot + 2 * span
+    rows = scaled_rows(tab)
+    assert common_shift(rows, bot, top) is None
+    one = dsp_dw.one_shift(rows, bot, top)
+    assert one is not None and set(one[:, 1].tolist()) == {10}, one
+    for ch in range(c):
+        acc = np.arange(bot[ch], top[ch] + 1, dtype=np.int64)
+        want = np.clip(dsp_dw.requant_dw(acc, mult[ch], e[ch], yzp, corr=False), -128, 127)
+        m, big_e, n = (int(v) for v in one[ch])
+        got = np.clip((((256 * acc * m) >> 32) + n) >> big_e, -128, 127)
+        assert np.unique(want).size >= 4, ch
+        np.testing.assert_array_equal(got, want, err_msg=f"channel {ch}: {tab[ch]} -> {one[ch]}")

@@ -94,7 +94,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..planner import windows
-from .dsp_conv import SCALED_MAX, common_shift, scaled_rows
+from .dsp_conv import SCALED_MAX, _thresholds, common_shift, scaled_rows
 
 
 BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
@@ -272,8 +272,69 @@ def scaled_plan(w2, fold, tab, yzp, lo, hi):
     if live.any():
         rows[live] = lr
     bot, top = np.where(const, 0, bot), np.where(const, 0, top)
-    one = common_shift(rows, bot, top)
+    # an even shift first (one kernel per shift: VWW's five 6x6x128 layers, shifts
+    # 10 and 11, share one kernel at 10), else the least
+    one = None
+    if live.any() and e_c % 2:
+        rows_even = rows.copy()
+        rows_even[const, 1:] = np.stack([np.full(const.sum(), e_c - 1), q_bot[const] << (e_c - 1)], axis=1)
+        one = one_shift(rows_even, bot, top, e_c - 1)
+    if one is None:
+        one = one_shift(rows, bot, top)
     return np.asarray(rows if one is None else one, np.int64), fold
+
+
+FIT_SPAN = 512            # multipliers tried either side of mult >> d by one_shift
+
+
+def one_shift(rows, bot, top, e0=None):
+    """rows [channel][mult, E, n] (mult 0: a constant channel, whose E must
+    be the least live E) with one shift E0 = the least E and the same
+    int8 outputs for every acc in [bot, top], or None. dsp_conv.
+    common_shift first (mult >> d or one more); a channel it cannot fit is
+    solved for: its outputs floor((256 acc m + n 2^32) / 2^(32+E0)) reach
+    level q at the original's least acc T_q iff n >= q 2^E0 - floor(T_q m /
+    2^24) and n <= q 2^E0 - floor((T_q - 1) m / 2^24) - 1 (only the first
+    where T_q is at or below bot, only the second where it is past top), so
+    per m within FIT_SPAN of mult >> d the feasible n are an interval; the
+    m nearest mult >> d with one is taken (VWW's 3x3x256 layer: shifts 3..16
+    per channel, d up to 13). The result is checked level by level. e0: that
+    shift instead (at most the least live E; then mult >> d with d >= 0 for
+    every channel)."""
+    one = common_shift(rows, bot, top) if e0 is None else None
+    if one is not None:
+        return one
+    t = np.asarray(rows, np.int64).reshape(-1, 3)
+    mult, big_e, n = t[:, 0], t[:, 1], t[:, 2]
+    live = mult != 0
+    if not live.any():
+        return None
+    e0 = int(big_e[live].min()) if e0 is None else e0
+    if np.any(big_e[~live] != e0):
+        return None
+    bot, top = np.asarray(bot, np.int64), np.asarray(top, np.int64)
+    want = np.clip(_thresholds(mult, big_e, n), bot[:, None], top[:, None] + 1)
+    base = np.arange(-127, 128, dtype=np.int64) << e0
+    out = t.copy()
+    out[:, 1] = e0
+    span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
+    span = span[np.argsort(np.abs(span), kind="stable")]           # nearest first
+    for ch in np.flatnonzero(live & (big_e != e0)):
+        w = want[ch]
+        if big_e[ch] < e0:
+            return None
+        m2 = (mult[ch] >> (big_e[ch] - e0)) + span
+        m2 = m2[(m2 > 0) & (m2 < 2 ** 31)]
+        ge, lt = w <= top[ch], w > bot[ch]
+        lo_n = (base[ge][None, :] - ((w[ge][None, :] * m2[:, None]) >> 24)).max(axis=1, initial=-2 ** 62)
+        hi_n = (base[lt][None, :] - (((w[lt] - 1)[None, :] * m2[:, None]) >> 24) - 1).min(axis=1, initial=2 ** 62)
+        n2 = np.maximum(lo_n, -(2 ** 30) + 1)
+        ok = np.flatnonzero((n2 <= hi_n) & (n2 < 2 ** 30))
+        if not ok.size:
+            return None
+        out[ch, 0], out[ch, 2] = m2[ok[0]], n2[ok[0]]
+    got = np.clip(_thresholds(out[:, 0], out[:, 1], out[:, 2]), bot[:, None], top[:, None] + 1)
+    return out if np.array_equal(got[live], want[live]) else None
 
 
 def record_scaled(fold, rows) -> np.ndarray:
