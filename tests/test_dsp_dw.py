@@ -139,7 +139,9 @@ def test_fused_clamps(act):
     c = with_fused_act(c, act)
     kern = _kernels(c.header)
     tag = "z" if act[0] >= 0 else "n"
-    assert kern and all(k.startswith(f"qdw2_dsp_{tag}c_") for k in kern), kern
+    # (the "z" kernels: the scaled requantization, one shift (e<E>) or per channel (v))
+    scaled = r"(e\d+|v)" if tag == "z" else ""
+    assert kern and all(re.match(rf"qdw2_dsp_{tag}c{scaled}_", k) for k in kern), kern
     assert clamped_exact(c.graph, run_host(c, feeds), feeds) > 50
 
 
@@ -155,7 +157,8 @@ def test_relu_zero_point_at_minimum_takes_sat_without_correction():
     c = with_fused_act(c, (0.0, float("inf")))
     g = c.graph
     # KWS's layer: the one-channel plane (transposed, 25 outputs per line); the other: row bands
-    assert _kernels(c.header) == {"qdw2_dsp_zs_3x3s11_kp4_pl108_one", "qdw2_dsp_zs_3x3s11_kp3"}
+    # (one tensor scale: one shift, SSAT's immediate, e<E>)
+    assert _kernels(c.header) == {"qdw2_dsp_zse14_3x3s11_kp4_pl108_one", "qdw2_dsp_zse14_3x3s11_kp3"}
     outs = run_host(c, feeds)
     ref = reference.run(g, feeds)
     for name, o in zip(g.outputs, outs):
@@ -475,3 +478,86 @@ def test_unrolled_forms_on_an386(monkeypatch):
     for name, o in zip(g.outputs, r.outputs):
         np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
         assert np.unique(ref[name]).size >= 4, name
+
+
+# the "scaled" requantization of the "z" kernels (taps times 256, SMMLA, ASR E): per-channel
+# shifts kept (v), made one (e<E>, SSAT's immediate), channels of constant output
+SCALED = [
+    (dw(16, 6, 6, (3, 3), pads=(1, 1, 1, 1)), (3, 16), "v"),           # shifts 3..16: kept per channel
+    (dw(8, 10, 20, (3, 3), (2, 2), (1, 1, 1, 1)), (5, 6), "e"),        # 5..6: one shift where exact
+    (dw(12, 9, 30, (3, 3), pads=(1, 1, 1, 1)), (6, 6), "e"),           # constant channels of 2^26 biases
+]
+
+
+def _scaled_model(seed):
+    """SCALED's layers with per-channel scales 0.75 2^-e (e in the layer's
+    range), biases near rounding boundaries; the last layer's channels 1
+    and 2 get biases of +-2^26 (outputs 127 / -128 for every input: far
+    outside 256 acc's int32 range, taken as constants)."""
+    model, feeds = build([spec for spec, *_ in SCALED], seed=seed)
+    from onnx import numpy_helper
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    rng = np.random.default_rng(seed)
+    for i, (spec, (e0, e1), _) in enumerate(SCALED):
+        c = inits[f"w{i}"].shape[0]
+        e = e0 + np.arange(c) % (e1 - e0 + 1)
+        ws = (np.float64(inits[f"ys{i}"]) / np.float64(inits[f"xs{i}"]) * 0.75 * 2.0 ** -e).astype(np.float32)
+        b = np.rint((rng.integers(-40, 41, c) + 0.5) * 2.0 ** e / 0.75).astype(np.int64)
+        if i == len(SCALED) - 1:
+            b[1], b[2] = 2 ** 26, -2 ** 26
+        _init(model, f"ws{i}", ws)
+        _init(model, f"b{i}", b)
+        _init(model, f"yz{i}", -128)
+    return model, feeds
+
+
+@pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_scaled_requant_on_an386_and_host():
+    """The scaled "z" kernels with a Relu (per-channel shifts, one shift,
+    constant channels) bit-exact with the reference on the host and on the
+    M4 (QEMU mps2-an386)."""
+    from cuvil_mcu.sim import qemu
+    model, feeds = _scaled_model(43)
+    c = with_fused_act(compile_model(model, board=BOARD), (0.0, float("inf")))
+    g = c.graph
+    kern = sorted(re.findall(r"model__(qdw2_dsp\w*?)\(", c.header))
+    tags = [re.match(r"qdw2_dsp_zs(e\d+|v)_", k) for k in dict.fromkeys(kern)]
+    assert all(tags) and len(tags) == len(SCALED), kern
+    assert sorted(t.group(1)[0] for t in tags) == sorted(want for *_, want in SCALED), kern
+    ref = reference.run(g, feeds)
+    for outs in (run_host(c, feeds), qemu.simulate(c, {n: feeds[n] for n in g.inputs}, BOARD).outputs):
+        for name, o in zip(g.outputs, outs):
+            np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=name)
+            assert np.unique(ref[name]).size >= 4, name
+    last = ref[g.outputs[-1]]
+    assert (last[:, 1] == 127).all() and (last[:, 2] == -128).all()
+
+
+def test_one_shift_solves_what_common_shift_cannot():
+    """dsp_dw.one_shift on per-channel shifts 3..10 (VWW's 3x3x256 layer:
+    3..16) with a few levels per channel: dsp_conv.common_shift
+    finds no rows (for this seed), the solver's one shift gives the same
+    int8 as the original requantization (requant_dw without the sign fix,
+    saturated: quant's fast arithmetic) for every acc of each channel's
+    range, computed as the kernel does (SMMLA, ASR, SSAT)."""
+    from cuvil_mcu.isa.dsp_conv import common_shift, scaled_rows
+    rng = np.random.default_rng(0)
+    c, yzp = 8, -128
+    e = np.arange(3, 11)
+    mult = rng.integers(2 ** 30, 2 ** 31, c)
+    nudge = (1 << (e - 1)) + yzp * (1 << e)
+    tab = np.stack([mult, e, nudge], axis=1)
+    span = 3 << e                                             # 2..6 levels either side
+    bot = (rng.integers(20, 100, c) << e) - span              # inside the int8 range of outputs
+    top = bot + 2 * span
+    rows = scaled_rows(tab)
+    assert common_shift(rows, bot, top) is None
+    one = dsp_dw.one_shift(rows, bot, top)
+    assert one is not None and set(one[:, 1].tolist()) == {10}, one
+    for ch in range(c):
+        acc = np.arange(bot[ch], top[ch] + 1, dtype=np.int64)
+        want = np.clip(dsp_dw.requant_dw(acc, mult[ch], e[ch], yzp, corr=False), -128, 127)
+        m, big_e, n = (int(v) for v in one[ch])
+        got = np.clip((((256 * acc * m) >> 32) + n) >> big_e, -128, 127)
+        assert np.unique(want).size >= 4, ch
+        np.testing.assert_array_equal(got, want, err_msg=f"channel {ch}: {tab[ch]} -> {one[ch]}")

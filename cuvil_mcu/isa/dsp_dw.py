@@ -60,6 +60,23 @@ product is 0 and both give yzp); when the clamp's low bound is >= yzp
 (Relu, Relu6) every acc < 0 lands on the low bound either way and the
 correction is left out ("z" variants; "n" keeps it).
 
+Scaled requantization ("z" kernels, scaled_plan): where the sign fix is
+not needed and |acc| < 2^23 over every int8 input, the weight words hold
+the taps times 256 (byte at the top of each half: an AND of the load, or
+of the load shifted left by 8, instead of SXTB16 + SADD16), so the
+accumulator is 256 acc and the requantization is isa.dsp_conv's "scaled"
+one, SMMLA(256 acc, mult, n) then ASR by E = e + 7 (no rounding constant,
+equal to the doubled arithmetic above). Its per-channel shifts are made
+one where that is exact for every acc of the channel's range
+(dsp_conv.common_shift, else one_shift's solver): E is then SSAT's
+immediate shift (SMMLA, SSAT asr #E, STRB per output: one instruction
+less; kernel name tag e<E>, "v" for the per-channel shifts). A channel
+whose output is one value over its whole acc range is mult 0 (its bias
+and shift do not count). Record: 3 words (256 fold + E, mult, n): +4
+bytes per channel, no decode (the accumulator starts at r0 & ~255).
+VWW 9.80 -> 9.70 M est. cycles (6x6x128 2.05 -> 1.90 cycles/MAC,
+3x3x256 3.08 -> 2.75), constants +4.4 KB, code +1.8 KB.
+
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
@@ -94,6 +111,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..planner import windows
+from .dsp_conv import SCALED_MAX, _thresholds, common_shift, scaled_rows
 
 
 BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
@@ -235,6 +253,114 @@ def record(fold, mult, e) -> np.ndarray:
     r0 = fold * 8 + (e & 7)
     r1 = (mult - 2 ** 30 + ((e >> 3) << 30)).astype(np.uint32).view(np.int32)
     return np.stack([r0.astype(np.int32), r1], axis=1).reshape(-1)
+
+
+def scaled_plan(w2, fold, tab, yzp, lo, hi):
+    """[channel][mult, E, n] of the "scaled" requantization (isa.dsp_conv:
+    taps times 256 in the weight words, so the accumulator holds 256 acc,
+    then SMMLA(256 acc, mult, n), ASR E, the clamp; equal to the doubled
+    kernel's "z" arithmetic, so only where the sign fix is not needed), its
+    shifts made one where dsp_conv.common_shift proves the outputs the same
+    for every input (SSAT's immediate shift: one instruction less per
+    output), or None: |acc| must stay below 2^23 (256 acc in int32) over
+    every int8 input, E <= 31, |n| < 2^30 (scaled_rows). A channel whose
+    clamped output is the same q over its whole acc range (both ends give
+    it: the arithmetic is monotonic) becomes (mult 0, n = q 2^E, bias 0):
+    SMMLA gives n whatever the accumulator holds, so its acc range and
+    shift do not count (VWW's 6x6x128 layers: channels of shift 22 and
+    biases near 2^27). Returns (rows, folded biases) or None."""
+    fold = np.asarray(fold, np.int64).reshape(-1)
+    t = np.asarray(tab, np.int64).reshape(-1, 3)
+    wr = np.asarray(w2, np.int64).reshape(-1, len(fold)).T            # [channel][taps]
+    bot = fold + np.minimum(127 * wr, -128 * wr).sum(axis=1)
+    top = fold + np.maximum(127 * wr, -128 * wr).sum(axis=1)
+    q_bot = np.clip(requant_dw(bot, t[:, 0], t[:, 1], yzp, corr=False), lo, hi)
+    q_top = np.clip(requant_dw(top, t[:, 0], t[:, 1], yzp, corr=False), lo, hi)
+    const = q_bot == q_top
+    live = ~const
+    e_c = 16
+    if live.any():
+        lr = scaled_rows(t[live])
+        if lr is None or max(-int(bot[live].min()), int(top[live].max())) >= SCALED_MAX:
+            return None
+        e_c = int(lr[:, 1].min())       # (the shift common_shift would give every channel)
+    rows = np.stack([np.zeros_like(fold), np.full_like(fold, e_c), q_bot << e_c], axis=1)
+    fold = np.where(const, 0, fold)
+    if live.any():
+        rows[live] = lr
+    bot, top = np.where(const, 0, bot), np.where(const, 0, top)
+    # an even shift first (one kernel per shift: VWW's five 6x6x128 layers, shifts
+    # 10 and 11, share one kernel at 10), else the least
+    one = None
+    if live.any() and e_c % 2:
+        rows_even = rows.copy()
+        rows_even[const, 1:] = np.stack([np.full(const.sum(), e_c - 1), q_bot[const] << (e_c - 1)], axis=1)
+        one = one_shift(rows_even, bot, top, e_c - 1)
+    if one is None:
+        one = one_shift(rows, bot, top)
+    return np.asarray(rows if one is None else one, np.int64), fold
+
+
+FIT_SPAN = 512            # multipliers tried either side of mult >> d by one_shift
+
+
+def one_shift(rows, bot, top, e0=None):
+    """rows [channel][mult, E, n] (mult 0: a constant channel, whose E must
+    be the least live E) with one shift E0 = the least E and the same
+    int8 outputs for every acc in [bot, top], or None. dsp_conv.
+    common_shift first (mult >> d or one more); a channel it cannot fit is
+    solved for: its outputs floor((256 acc m + n 2^32) / 2^(32+E0)) reach
+    level q at the original's least acc T_q iff n >= q 2^E0 - floor(T_q m /
+    2^24) and n <= q 2^E0 - floor((T_q - 1) m / 2^24) - 1 (only the first
+    where T_q is at or below bot, only the second where it is past top), so
+    per m within FIT_SPAN of mult >> d the feasible n are an interval; the
+    m nearest mult >> d with one is taken (VWW's 3x3x256 layer: shifts 3..16
+    per channel, d up to 13). The result is checked level by level. e0: that
+    shift instead (at most the least live E; then mult >> d with d >= 0 for
+    every channel)."""
+    one = common_shift(rows, bot, top) if e0 is None else None
+    if one is not None:
+        return one
+    t = np.asarray(rows, np.int64).reshape(-1, 3)
+    mult, big_e, n = t[:, 0], t[:, 1], t[:, 2]
+    live = mult != 0
+    if not live.any():
+        return None
+    e0 = int(big_e[live].min()) if e0 is None else e0
+    if np.any(big_e[~live] != e0):
+        return None
+    bot, top = np.asarray(bot, np.int64), np.asarray(top, np.int64)
+    want = np.clip(_thresholds(mult, big_e, n), bot[:, None], top[:, None] + 1)
+    base = np.arange(-127, 128, dtype=np.int64) << e0
+    out = t.copy()
+    out[:, 1] = e0
+    span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
+    span = span[np.argsort(np.abs(span), kind="stable")]           # nearest first
+    for ch in np.flatnonzero(live & (big_e != e0)):
+        w = want[ch]
+        if big_e[ch] < e0:
+            return None
+        m2 = (mult[ch] >> (big_e[ch] - e0)) + span
+        m2 = m2[(m2 > 0) & (m2 < 2 ** 31)]
+        ge, lt = w <= top[ch], w > bot[ch]
+        lo_n = (base[ge][None, :] - ((w[ge][None, :] * m2[:, None]) >> 24)).max(axis=1, initial=-2 ** 62)
+        hi_n = (base[lt][None, :] - (((w[lt] - 1)[None, :] * m2[:, None]) >> 24) - 1).min(axis=1, initial=2 ** 62)
+        n2 = np.maximum(lo_n, -(2 ** 30) + 1)
+        ok = np.flatnonzero((n2 <= hi_n) & (n2 < 2 ** 30))
+        if not ok.size:
+            return None
+        out[ch, 0], out[ch, 2] = m2[ok[0]], n2[ok[0]]
+    got = np.clip(_thresholds(out[:, 0], out[:, 1], out[:, 2]), bot[:, None], top[:, None] + 1)
+    return out if np.array_equal(got[live], want[live]) else None
+
+
+def record_scaled(fold, rows) -> np.ndarray:
+    """The 3 int32 words per channel of the scaled kernel (flattened): 256
+    fold + E (the kernel's accumulator start is r0 & ~255, ASR by r0 reads
+    its low byte E), mult, n."""
+    fold = np.asarray(fold, np.int64).reshape(-1)
+    rows = np.asarray(rows, np.int64).reshape(-1, 3)
+    return np.stack([256 * fold + rows[:, 1], rows[:, 0], rows[:, 2]], axis=1).astype(np.int32).reshape(-1)
 
 
 def unpack_record(rec):
@@ -392,6 +518,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         return False
     lo, hi = max(int(p.rq.lo), -128), min(int(p.rq.hi), 127)
     corr = lo < yzp
+    plan = scaled_plan(w2, fold, tab, yzp, lo, hi) if not corr else None
+    srows, sfold = plan if plan is not None else (None, None)
     dies = k.input_dies(x)
     # one channel at a time over the whole plane (no row bands): the input is
     # converted once and the lines may run along the longer output dimension
@@ -462,7 +590,10 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     k.kernel("intrin_dsp")
     k.kernel("intrin_dw_dsp")
     rq = "s" if lo == -128 and hi == 127 else "c"
-    name = f"{'n' if corr else 'z'}{rq}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
+    es = None if srows is None else srows[:, 1]
+    e_one = int(es[0]) if es is not None and np.all(es == es[0]) else 0
+    stag = "" if srows is None else f"e{e_one}" if e_one else "v"
+    name = f"{'n' if corr else 'z'}{rq}{stag}_{kh}x{kw}s{sh}{sw}_kp{kp}_pl{plane}"
     # ow and cout literals: the passes of a line at immediate offsets (lines up to
     # UNROLL_MAX outputs unrolled whole, longer ones loop over chunks of CHUNK);
     # one kernel per width and output stride
@@ -490,7 +621,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
-                               "corr": corr, "sat": rq == "s",
+                               "corr": corr, "sat": rq == "s", "scaled": srows is not None, "e": e_one,
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
                                                g=(kh + ph + 1) // 2,
                                                chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
@@ -502,7 +633,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     taps[:, pos.reshape(-1)] = w2.reshape(kh * kw, c).T                  # tap (i, j) at byte pos[i][j]
     taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
     wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
-    rec = record(fold, mq, e)
+    rec = record(fold, mq, e) if srows is None else record_scaled(sfold, srows)
     rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
     if take_one:
