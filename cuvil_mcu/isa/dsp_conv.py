@@ -82,6 +82,7 @@ A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
 NKP_UNROLL_PW = 16   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
+PW_LOOP = 32         # K-pairs per turn of emit_pw's K loop past that (each turn's end test ~6 cycles)
 NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
@@ -515,12 +516,15 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
     odd = vals["npx"] % 2 == 1
     mi = m if nkp and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
-                                           "m": mi})
+    # the K loop's length (K past NKP_UNROLL_PW): PW_LOOP steps where K-pairs fill more than 8 of them
+    loop = 8 if nkp or vals["nkp"] <= 16 else PW_LOOP
+    lk = kind + (f"_l{loop}" if loop != 8 else "")
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": lk + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
+                                           "m": mi, "loop": loop})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
                                         "scaled": scaled, "one": True}) if odd else ""
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
-                                 "scaled": scaled, "one": one})
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + lk + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+                                 "scaled": scaled, "one": one, "loop": loop})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
     geo = p.geo
