@@ -516,9 +516,8 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
     odd = vals["npx"] % 2 == 1
     mi = m if nkp and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
-    # the K loop's length (K past NKP_UNROLL_PW): PW_LOOP steps where K-pairs fill more than 8 of them
-    loop = 8 if nkp or vals["nkp"] <= 16 else PW_LOOP
-    lk = kind + (f"_l{loop}" if loop != 8 else "")
+    lk = kind
+    loop = PW_LOOP
     blocks = k.kernel("qconv2_pwblk_dsp", {"name": lk + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
                                            "m": mi, "loop": loop})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
