@@ -492,7 +492,9 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     instruction less per output). An odd last pixel runs alone (the one_
     kernel), so pairs are whole: the unrolled kernels (K <= 2
     NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
-    second pixel at y0 + m (one kernel per m). Same read/write orders as
+    second pixel at y0 + m (one kernel per m); past that K runs in a loop of
+    PW_LOOP K-pairs a turn (one end test per 32 K-pairs), entered once per
+    block at the step (nkp - 1) % PW_LOOP leaves. Same read/write orders as
     qconv2_dsp (pixel pairs from the first up, or from the last down: rev;
     the odd pixel first from the last down, last from the first up)."""
     m = vals["m_n"]
@@ -516,13 +518,12 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
     odd = vals["npx"] % 2 == 1
     mi = m if nkp and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
-    lk = kind
     loop = PW_LOOP
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": lk + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
                                            "m": mi, "loop": loop})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
                                         "scaled": scaled, "one": True}) if odd else ""
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + lk + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
                                  "scaled": scaled, "one": one, "loop": loop})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
