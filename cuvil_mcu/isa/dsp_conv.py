@@ -494,7 +494,9 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
     second pixel at y0 + m (one kernel per m); past that K runs in a loop of
     PW_LOOP K-pairs a turn (one end test per 32 K-pairs), entered once per
-    block at the step (nkp - 1) % PW_LOOP leaves. Same read/write orders as
+    block at the step (nkp - 1) % PW_LOOP leaves, and the scaled kernels
+    with one shift store at y0 + m too (per m: no y1 to reload and store,
+    two rows a LDM). Same read/write orders as
     qconv2_dsp (pixel pairs from the first up, or from the last down: rev;
     the odd pixel first from the last down, last from the first up)."""
     m = vals["m_n"]
@@ -517,7 +519,7 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps),
     # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
     odd = vals["npx"] % 2 == 1
-    mi = m if nkp and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
+    mi = m if (nkp or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
     loop = PW_LOOP
     blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
                                            "m": mi, "loop": loop})
