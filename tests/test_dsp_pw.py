@@ -1,5 +1,5 @@
 """The pointwise pixel loop in assembly (cuvil_mcu/isa/dsp_conv.py emit_pw,
-kernels/qconv2_pwblk_dsp.c.j2): random 1x1 layers with small K (8..56),
+kernels/qconv2_pwblk_dsp.c.j2): random 1x1 layers with K 8..128,
 with and without the rounding's sign fix (output zero point at the clamp's
 low end or not; without it 256 acc into SMMLA, "scaled"), one common shift
 or per-channel shifts, odd pixel counts, both loop orders, run on
@@ -23,8 +23,9 @@ from test_isa_dsp import build
 LAYERS = [((1, 8, 5, 7), (48, 8, 1, 1)), ((1, 12, 3, 5), (20, 12, 1, 1)), ((1, 16, 4, 4), (96, 16, 1, 1)),
           ((1, 24, 3, 3), (36, 24, 1, 1)), ((1, 56, 3, 1), (8, 56, 1, 1)), ((1, 16, 7, 3), (8, 16, 1, 1)),
           ((1, 8, 1, 1), (12, 8, 1, 1)),
-          # K past NKP_UNROLL_PW: the K loop (nkp - 1) % 8 = 1, 5, 7 (K = 36, 44, 48) and 3 (K = 56 above)
           ((1, 36, 3, 1), (4, 36, 1, 1)), ((1, 44, 1, 3), (8, 44, 1, 1)), ((1, 48, 2, 2), (4, 48, 1, 1)),
+          # K past 2 NKP_UNROLL_PW: the K loop of PW_LOOP steps entered at (nkp - 1) % 32 = 1, 17, 31
+          ((1, 68, 3, 1), (8, 68, 1, 1)), ((1, 100, 1, 3), (4, 100, 1, 1)), ((1, 128, 2, 2), (8, 128, 1, 1)),
           # odd N: not the natural order (qconv2_dsp's C block loop), in the same model
           ((1, 8, 3, 5), (7, 8, 1, 1)), ((1, 24, 3, 3), (13, 24, 1, 1))]
 

@@ -91,7 +91,8 @@ FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt"
 A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
-NKP_UNROLL_PW = 16   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
+NKP_UNROLL_PW = 32   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
+PW_LOOP = 32         # K-pairs per turn of emit_pw's K loop past that (each turn's end test ~6 cycles)
 NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
@@ -580,7 +581,11 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     instruction less per output). An odd last pixel runs alone (the one_
     kernel), so pairs are whole: the unrolled kernels (K <= 2
     NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
-    second pixel at y0 + m (one kernel per m). Same read/write orders as
+    second pixel at y0 + m (one kernel per m); past that K runs in a loop of
+    PW_LOOP K-pairs a turn (one end test per 32 K-pairs), entered once per
+    block at the step (nkp - 1) % PW_LOOP leaves, and the scaled kernels
+    with one shift store at y0 + m too (per m: no y1 to reload and store,
+    two rows a LDM). Same read/write orders as
     qconv2_dsp (pixel pairs from the first up, or from the last down: rev;
     the odd pixel first from the last down, last from the first up)."""
     m = vals["m_n"]
@@ -603,13 +608,14 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps),
     # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
     odd = vals["npx"] % 2 == 1
-    mi = m if nkp and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
+    mi = m if (nkp or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
+    loop = PW_LOOP
     blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
-                                           "m": mi})
+                                           "m": mi, "loop": loop})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
                                         "scaled": scaled, "one": True}) if odd else ""
     fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
-                                 "scaled": scaled, "one": one})
+                                 "scaled": scaled, "one": one, "loop": loop})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
     geo = p.geo
