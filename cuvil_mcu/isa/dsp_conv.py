@@ -38,7 +38,10 @@ first pair up, runs of pixel pairs on one output row whose windows lie
 inside the input go to its row kernel: the gather in assembly too
 (gather_asm: immediate offsets from one pointer), xe on its stack, no
 call per pair; the other pairs, and every pair in C, gather from one base
-pointer when both windows are inside); elsewhere (the
+pointer when both windows are inside; where ring_plan allows (VWW's first
+layer) no gather at all: the input rows sign-extended once into a ring of
+int16 rows with the x_zp padding, every pair of an output row read from
+it by the ring kernel, border pairs included); elsewhere (the
 other orders, -O0 without the DSP extension, the host) the C loop with 13
 pinned registers or plain C. Padding taps read x_zp (the bias has -x_zp * sum(w) folded
 in), written straight into xe as halfword pairs. M is padded to a multiple
@@ -281,10 +284,9 @@ def gather_asm(plan, rb: int, swc: int) -> list[str] | None:
 
 
 RING_MAX = 4096   # arena bytes up to which a first layer's input rows are sign-extended into a ring
-FREE_ONLY = False
 
 
-def ring_plan(geo, kk: int, k4: int, plan, free: int, xe: int) -> dict | None:
+def ring_plan(geo, kk: int, k4: int, plan, room: int, xe: int) -> dict | None:
     """qconv2_ublocks_dsp's ring kernel for a first layer (C % 4 != 0,
     gathered): the input rows sign-extended once into int16 rows padded with
     x_zp (columns pl before, the rest after, 2 guard elements), kept in a
@@ -312,7 +314,7 @@ def ring_plan(geo, kk: int, k4: int, plan, free: int, xe: int) -> dict | None:
     per = sh * -(-kh // sh)
     n = per - sh + kh
     nbytes = n * rs
-    if nbytes > RING_MAX or (FREE_ONLY and nbytes > max(free, xe)):
+    if nbytes > RING_MAX or nbytes > max(room, xe):
         return None
     if (kh - 1) * rs + 2 * ll + 2 * 2 * sw * c > 4095 or per * rs > 4095:
         return None
@@ -476,7 +478,7 @@ def emit(node, x, w, outs, k, p) -> bool:
         # runs of pixel pairs inside the input: the gather in assembly too (the pixel loop's
         # gather, call and stack traffic were a third of the layer); from the first pair up only
         row = gather_asm(plan, wd * c, sw * c) if not rev else None
-        rg = ring_plan(geo, kk, k4, plan, k.scratch_free(), xe + (gextra if gs else 0)) if row is not None else None
+        rg = ring_plan(geo, kk, k4, plan, k.scratch_room(), xe + (gextra if gs else 0)) if row is not None else None
         if rg is not None:
             # the input rows sign-extended once into a ring of int16 rows (padding included):
             # every pair of an output row through the ring kernel, no gather (the weights in
