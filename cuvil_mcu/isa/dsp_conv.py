@@ -487,10 +487,10 @@ def emit(node, x, w, outs, k, p) -> bool:
             wring[:, rg["cols"]] = wpad[:, rg["perm"]]
             st, es = (ustream_scaled(wring, pairs, folded, m, mult, m4 // 4, nkp) if scaled else
                       ustream(pack_weights(wring, pairs), rec, m4 // 4, nkp))
-            rtag = hashlib.sha1(repr((nkp, es, scaled, rg["xa"], rg["pre"], m, rg["step"])).encode()).hexdigest()[:10]
+            rtag = hashlib.sha1(repr((nkp, es, scaled, rg["xa"], rg["pre"], m, rg["step"], len(st))).encode()).hexdigest()[:10]
             urow = k.kernel("qconv2_ublocks_dsp", {"name": f"ring_{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{rtag}",
                                                    "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
-                                                   "scaled": scaled, "ring": rg, "m": m})
+                                                   "scaled": scaled, "ring": rg, "m": m, "sbytes": 4 * len(st)})
             ublocks = urow
             name += "_q" + rtag
         else:
