@@ -348,6 +348,47 @@ def test_first_conv_rows_on_qemu():
         np.testing.assert_array_equal(r.outputs[0].reshape(ref.shape), ref, err_msg=f"{board}: {a}")
 
 
+# first layers whose input rows go through the ring of sign-extended rows (dsp_conv.ring_plan:
+# w c % 8 == 0, pl c even, even output rows): batch 2 with an 8-byte conversion step first
+# (w c = 24) and VWW's padding; padding rows on top and below (two after) and x_zp columns on
+# both sides, 16-byte steps only (w c = 48)
+RING = [
+    ((2, 3, 10, 8), (16, 3, 3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 3, 12, 16), (8, 3, 3, 3), dict(strides=[2, 2], pads=[1, 2, 2, 3])),
+]
+
+
+def test_first_conv_ring_on_qemu(tmp_path):
+    """The ring kernel bit-exact on the M4 (VWW's first layer: test_sim's
+    shared models on QEMU), and its C (inline assembly) built with -Werror
+    at -O0 with a frame pointer."""
+    import re
+    import shutil
+    import subprocess
+    if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from cuvil_mcu.sim import qemu
+    board = "qemu-mps2-an386"
+    model, feeds = build([("conv", a, {}) for a in RING], seed=41)
+    c = compile_model(model, board=board)
+    assert len(re.findall(r"static void \w*__qconv2_ublocks_dsp_ring_\w*\(", c.header)) == 2
+    assert "qconv2_ublocks_dsp_row_" not in c.header
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        assert np.unique(ref[name]).size > 4, name
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")
+    (tmp_path / "model.h").write_text(c.header)
+    src = tmp_path / "tu.c"
+    src.write_text(f"#define {c.prefix.upper()}_IMPLEMENTATION\n#include \"model.h\"\n")
+    cmd = ["arm-none-eabi-gcc", "-mthumb", "-mcpu=cortex-m4", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O0",
+           "-fno-omit-frame-pointer", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", str(src),
+           "-o", str(tmp_path / "tu.o")]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
 def test_first_convs_on_qemu():
     """Random first layers bit-exact on the M4 (the gather's inside and
     border paths, K = 27 unrolled, odd M, one and four input channels, the

@@ -38,7 +38,10 @@ first pair up, runs of pixel pairs on one output row whose windows lie
 inside the input go to its row kernel: the gather in assembly too
 (gather_asm: immediate offsets from one pointer), xe on its stack, no
 call per pair; the other pairs, and every pair in C, gather from one base
-pointer when both windows are inside); elsewhere (the
+pointer when both windows are inside; where ring_plan allows (VWW's first
+layer) no gather at all: the input rows sign-extended once into a ring of
+int16 rows with the x_zp padding, every pair of an output row read from
+it by the ring kernel, border pairs included); elsewhere (the
 other orders, -O0 without the DSP extension, the host) the C loop with 13
 pinned registers or plain C. Padding taps read x_zp (the bias has -x_zp * sum(w) folded
 in), written straight into xe as halfword pairs. M is padded to a multiple
@@ -285,6 +288,82 @@ def gather_asm(plan, rb: int, swc: int) -> list[str] | None:
     return ins
 
 
+RING_MAX = 4096   # arena bytes up to which a first layer's input rows are sign-extended into a ring
+
+
+def ring_plan(geo, kk: int, k4: int, plan, room: int, xe: int) -> dict | None:
+    """qconv2_ublocks_dsp's ring kernel for a first layer (C % 4 != 0,
+    gathered): the input rows sign-extended once into int16 rows padded with
+    x_zp (columns pl before, the rest after, 2 guard elements), kept in a
+    ring of n slots of rs bytes (row j of the padded input in slot j % per,
+    also in slot j % per + per when that is < n: the kh rows of every output
+    row then lie in consecutive slots, at immediate offsets). The K inputs
+    of a pixel pair are words of the ring (row r, elements 2i, 2i + 1), the
+    odd last element of each window row paired with the next row's by PKHBT
+    into a word on the stack (pre), a last one alone with the element after
+    it (zero weight: column kk). Returns the plan (perm: K index per packed
+    column cols, xa: per K-pair the two pixels' sources, pre: the PKHBT
+    instructions, ring geometry) or None: needs 4-byte aligned windows (sw
+    c even), word rows (pl c even, w c % 8 == 0), whole pairs per output
+    row (ow even), the ring inside the arena's free room and RING_MAX, and
+    offsets within LDR's 4095."""
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
+    c = geo.c
+    ll = kw * c
+    if (sw * c) % 2 or (pl * c) % 2 or (wd * c) % 8 or ow % 2 or geo.n < 1:
+        return None
+    wp = max(pl + wd, (ow - 1) * sw + kw)               # padded columns read
+    rse = c * wp + 2 + (c * wp) % 2                      # int16 per ring row: guard, whole words
+    rs = 2 * rse
+    per = sh * -(-kh // sh)
+    n = per - sh + kh
+    nbytes = n * rs
+    if nbytes > RING_MAX or nbytes > max(room, xe):
+        return None
+    if (kh - 1) * rs + 2 * ll + 2 * 2 * sw * c > 4095 or per * rs > 4095:
+        return None
+    pairs, srcs, left = [], [], []
+    for r in range(kh):
+        for j in range(ll // 2):
+            pairs.append((r * ll + 2 * j, r * ll + 2 * j + 1))
+            srcs.append(("r", r * rs + 4 * j))
+        if ll % 2:
+            left.append(r)
+    pre = []
+    ns = 0
+    for i in range(0, len(left) - 1, 2):
+        a, b = left[i], left[i + 1]
+        pairs.append((a * ll + ll - 1, b * ll + ll - 1))
+        ld, pk, st = [], [], []
+        for q in range(2):
+            ra, rb = 4 + 2 * q, 5 + 2 * q
+            oa, ob = q * 2 * sw * c + a * rs + 2 * (ll - 1), q * 2 * sw * c + b * rs + 2 * (ll - 1)
+            ld += [f"ldr r{ra}, [r0, #{oa}]", f"ldr r{rb}, [r0, #{ob}]"]
+            pk.append(f"pkhbt r{ra}, r{ra}, r{rb}, lsl #16")
+            st.append(f"str r{ra}, [sp, #{8 * ns + 4 * q}]")
+        pre += ld + pk + st
+        srcs.append(("s", 8 * ns))
+        ns += 1
+    if len(left) % 2:
+        r = left[-1]
+        pairs.append((r * ll + ll - 1, kk))
+        srcs.append(("r", r * rs + 2 * (ll - 1)))
+    while len(pairs) < k4 // 2:
+        pairs.append((kk, kk))
+        srcs.append(("r", 0))
+    if len(pairs) != k4 // 2 or (kk >= k4 and any(kk in p for p in pairs)):
+        return None
+    # packed column 4g + t (+ 2) of K-pair 2g + t (kpair_order)
+    cols = kpair_order(k4).reshape(-1)
+    perm = np.array([k for p in pairs for k in p])
+    step = 2 * sw * c * 2                                 # ring bytes from one pair to the next
+    xa = [("r0", o, o + step // 2) if kind == "r" else ("sp", o, o + 4) for kind, o in srcs]
+    return dict(cols=cols, perm=perm, xa=xa, pre=pre, xe=8 * ns, step=step, rs=rs, rsw=rs // 4,
+                per=per, n=n, bytes=nbytes, wp=wp, hp=(oh - 1) * sh + kh, plc=pl * c, wc=wd * c,
+                tail=(rse - pl * c - wd * c) // 2, npair=ow // 2)
+
+
 def acc_bound(wr: np.ndarray, folded: np.ndarray) -> int:
     """max over channels of |acc| for any int8 input: |bias'| + 128 sum |w|."""
     return int((np.abs(folded) + 128 * np.abs(wr).sum(axis=1)).max()) if wr.size else 0
@@ -401,18 +480,35 @@ def emit(node, x, w, outs, k, p) -> bool:
     if scaled:
         ust = ustream_scaled(wpad, pairs, folded, m, mult, m4 // 4, nkp)
     ublocks = urow = ""
+    rg = None
     if ust is not None:
         st, es = ust
         import hashlib
-        tag = hashlib.sha1(repr((nkp, es, scaled)).encode()).hexdigest()[:10]
-        ublocks = k.kernel("qconv2_ublocks_dsp", {"name": f"{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{tag}",
-                                                  "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
-                                                  "scaled": scaled})
-        name += "_u" + tag
         # runs of pixel pairs inside the input: the gather in assembly too (the pixel loop's
         # gather, call and stack traffic were a third of the layer); from the first pair up only
         row = gather_asm(plan, wd * c, sw * c) if not rev else None
-        if row is not None:
+        rg = ring_plan(geo, kk, k4, plan, k.scratch_room(), xe + (gextra if gs else 0)) if row is not None else None
+        if rg is not None:
+            # the input rows sign-extended once into a ring of int16 rows (padding included):
+            # every pair of an output row through the ring kernel, no gather (the weights in
+            # the ring's K order; w and rec keep the xe order for the plain-C loop)
+            wring = np.zeros_like(wpad)
+            wring[:, rg["cols"]] = wpad[:, rg["perm"]]
+            st, es = (ustream_scaled(wring, pairs, folded, m, mult, m4 // 4, nkp) if scaled else
+                      ustream(pack_weights(wring, pairs), rec, m4 // 4, nkp))
+            rtag = hashlib.sha1(repr((nkp, es, scaled, rg["xa"], rg["pre"], m, rg["step"], len(st))).encode()).hexdigest()[:10]
+            urow = k.kernel("qconv2_ublocks_dsp", {"name": f"ring_{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{rtag}",
+                                                   "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
+                                                   "scaled": scaled, "ring": rg, "m": m, "sbytes": 4 * len(st)})
+            ublocks = urow
+            name += "_q" + rtag
+        else:
+            tag = hashlib.sha1(repr((nkp, es, scaled)).encode()).hexdigest()[:10]
+            ublocks = k.kernel("qconv2_ublocks_dsp", {"name": f"{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{tag}",
+                                                      "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
+                                                      "scaled": scaled})
+            name += "_u" + tag
+        if row is not None and rg is None:
             rtag = hashlib.sha1(repr((nkp, es, scaled, row, m, sw * c, wd * c)).encode()).hexdigest()[:10]
             urow = k.kernel("qconv2_ublocks_dsp", {"name": f"row_{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{rtag}",
                                                    "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
@@ -424,17 +520,17 @@ def emit(node, x, w, outs, k, p) -> bool:
     fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp, "blocks": blocks,
                                  "plan": plan, "kh": kh, "ll": kw * c, "k4": k4, "gs": gs, "nat": nat, "corr": corr,
                                  "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev, "ublocks": ublocks,
-                                 "urow": urow})
+                                 "urow": urow if rg is None else "", "ring": rg, "rfn": urow if rg else ""})
     wsym = k.const(wpk, f"{w.name}_dsp2")
     rsym = k.const(rec.astype(np.int32), f"{node.name}_pairs")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
     # the gather's row pointers, zero row and border copies follow xe in the arena
     # where the leanest plan has that room at this step (gs; else on the stack)
-    bufs = k.scratch_buf(xe + (gextra if gs else 0), "int32_t")
+    bufs = k.scratch_buf(max(xe + (gextra if gs else 0), rg["bytes"] if rg else 0), "int32_t")
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_dsp: pixel pairs from the last down"), "rev")
-    ssym = f", {k.const(st.astype(np.int32), f'{node.name}_ustream')}" if ublocks else ""
+    ssym = f", {k.const(st.astype(np.int32), f'{node.name}_ustream')}" if ublocks or rg else ""
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {bufs}{ssym});")
     return True
 
