@@ -629,13 +629,19 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
             return False
         # more lines per band where the leanest plan has the room at this step
         # (each input row converted fewer times, fewer per-band setups)
-        free = k.scratch_free() // 2
+        # (half the free run at most, the whole of it for one band of every line: no
+        # pair-row converted twice, no band of one line: VWW 24 -> 12 x32)
+        free, kp0 = k.scratch_free(), kp
         for kp2 in range(KP_MAX, kp, -1):
             plane2 = -(-wcols * kp2 // PLANE_STEP) * PLANE_STEP
             band2 = _band(kh, sh, kp2, oh) if 16 * plane2 <= free else None
+            if band2 and band2[0] < oh and 32 * plane2 > free:
+                band2 = None
             if band2 and band2[0] > band[0]:
                 kp, band = kp2, band2
                 break
+        while kp > kp0 and band[0] == oh and (_band(kh, sh, kp - 1, oh) or (0,))[0] == oh:
+            kp, band = kp - 1, _band(kh, sh, kp - 1, oh)      # the least kp holding every line
     lb, nk_extra = band
     plane = -(-wcols * kp // PLANE_STEP) * PLANE_STEP
     lf = min(pl, wcols)
