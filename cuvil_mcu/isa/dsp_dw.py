@@ -31,7 +31,8 @@ the same for every channel group: filled once per band. A one-band layer of
 few outputs (lines unrolled) has its conversion unrolled too, with the
 geometry a literal (kernel name tag g<rows>_<pt>_<lf>_<nc>_<rin>). Where the
 leanest plan has free arena at the step (Emitter.scratch_free, half of it
-taken at most), the bands are widened up to KP_MAX pair-rows: fewer bands,
+taken at most; all of it for one band of every line, at the least kp
+holding them), the bands are widened up to KP_MAX pair-rows: fewer bands,
 each input row converted fewer times.
 
 Three buffer layouts (emit chooses; the read/write order is declared for
@@ -74,6 +75,10 @@ less; kernel name tag e<E>, "v" for the per-channel shifts). A channel
 whose output is one value over its whole acc range is mult 0 (its bias
 and shift do not count). Record: 3 words (256 fold + E, mult, n): +4
 bytes per channel, no decode (the accumulator starts at r0 & ~255).
+A channel whose acc range is narrow (under NARROW values) but passes
++-2^23 or needs |n| >= 2^30 (big biases with shifts near 20) counts acc -
+C from the bias fold - C and has (mult, n) solved over its whole range
+(narrow_rows; VWW's 6 -> 3 x128 layer: 33.8 -> 32.9 k est. cycles).
 VWW 9.80 -> 9.70 M est. cycles (6x6x128 2.05 -> 1.90 cycles/MAC,
 3x3x256 3.08 -> 2.75), constants +4.4 KB, code +1.8 KB.
 
