@@ -371,9 +371,14 @@ def _extreme_model(seed):
     return model, feeds, shifts
 
 
-def _compile_extreme(board, monkeypatch, seed=31):
+def _compile_extreme(board, monkeypatch, seed=31, narrow=False):
+    """narrow: dsp_dw's narrow-range channels solved for (the default), which
+    takes the two "z" layers to the scaled kernels; else (NARROW = 0) they
+    keep the doubled ones."""
     model, feeds, shifts = _extreme_model(seed)
     seen = {}
+    if not narrow:
+        monkeypatch.setattr(dsp_dw, "NARROW", 0)
     emit = dsp_dw.emit
 
     def spy(node, x, wk, folded, outs, k, p, mode, mult, *rest):
@@ -398,8 +403,9 @@ def _compile_extreme(board, monkeypatch, seed=31):
         assert es == shifts[name], (name, es, shifts[name])      # every shift 1..emax reached the kernel
         assert ok == (i != len(EXTREME) - 1), (name, ok)         # the 2^29 bias: not the record's
     kern = _kernels(c.header)
+    z = ("zsv_3x3s22", "zcv_2x3s11") if narrow else ("zs_3x3s22", "zc_2x3s11")
     assert {k.rsplit("_kp", 1)[0] for k in kern if "qdw2" in k} >= {
-        "qdw2_dsp_ns_3x3s11", "qdw2_dsp_zs_3x3s22", "qdw2_dsp_nc_5x5s11", "qdw2_dsp_zc_2x3s11"}, kern
+        "qdw2_dsp_ns_3x3s11", "qdw2_dsp_nc_5x5s11"} | {f"qdw2_dsp_{n}" for n in z}, kern
     return c, feeds
 
 
@@ -412,21 +418,26 @@ def _assert_exact(g, outs, feeds):
         assert (r == -128).any() and (r == 127).any() or name != "y0", name     # saturates both ways
 
 
-def test_extreme_taps_and_every_shift_on_host(monkeypatch):
+@pytest.mark.parametrize("narrow", [False, True])
+def test_extreme_taps_and_every_shift_on_host(narrow, monkeypatch):
     """Taps of -128 and 127, every shift the kernel takes (1..30 with zero
     point 0, 1..22 with -128), folded biases at the record's limits, Relu,
-    a clamp and the full int8 range: bit-exact with the reference."""
-    c, feeds = _compile_extreme(BOARD, monkeypatch)
+    a clamp and the full int8 range: bit-exact with the reference; with the
+    narrow-range channels re-centred and solved for (shifts up to 22 with
+    zero point -128 on the scaled kernel) too."""
+    c, feeds = _compile_extreme(BOARD, monkeypatch, narrow=narrow)
     _assert_exact(c.graph, run_host(c, feeds), feeds)
 
 
 @pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed")
-@pytest.mark.parametrize("board", ["qemu-mps2-an386", "qemu-mps2-an505"])
-def test_extreme_taps_and_every_shift_on_qemu(board, monkeypatch):
+@pytest.mark.parametrize("board,narrow", [("qemu-mps2-an386", False), ("qemu-mps2-an505", False),
+                                          ("qemu-mps2-an386", True)])
+def test_extreme_taps_and_every_shift_on_qemu(board, narrow, monkeypatch):
     """The same on the real instructions (SXTB16 / SADD16 / PKHBT of the
-    word building, the record's decode) on M4 and M33."""
+    word building, the record's decode, SMMLA of the re-centred channels)
+    on M4 and M33."""
     from cuvil_mcu.sim import qemu
-    c, feeds = _compile_extreme(board, monkeypatch)
+    c, feeds = _compile_extreme(board, monkeypatch, narrow=narrow)
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
     _assert_exact(g, r.outputs, feeds)

@@ -31,7 +31,8 @@ the same for every channel group: filled once per band. A one-band layer of
 few outputs (lines unrolled) has its conversion unrolled too, with the
 geometry a literal (kernel name tag g<rows>_<pt>_<lf>_<nc>_<rin>). Where the
 leanest plan has free arena at the step (Emitter.scratch_free, half of it
-taken at most), the bands are widened up to KP_MAX pair-rows: fewer bands,
+taken at most; all of it for one band of every line, at the least kp
+holding them), the bands are widened up to KP_MAX pair-rows: fewer bands,
 each input row converted fewer times.
 
 Three buffer layouts (emit chooses; the read/write order is declared for
@@ -74,6 +75,10 @@ less; kernel name tag e<E>, "v" for the per-channel shifts). A channel
 whose output is one value over its whole acc range is mult 0 (its bias
 and shift do not count). Record: 3 words (256 fold + E, mult, n): +4
 bytes per channel, no decode (the accumulator starts at r0 & ~255).
+A channel whose acc range is narrow (under NARROW values) but passes
++-2^23 or needs |n| >= 2^30 (big biases with shifts near 20) counts acc -
+C from the bias fold - C and has (mult, n) solved over its whole range
+(narrow_rows; VWW's 6 -> 3 x128 layer: 33.8 -> 32.9 k est. cycles).
 VWW 9.80 -> 9.70 M est. cycles (6x6x128 2.05 -> 1.90 cycles/MAC,
 3x3x256 3.08 -> 2.75), constants +4.4 KB, code +1.8 KB.
 
@@ -278,16 +283,32 @@ def scaled_plan(w2, fold, tab, yzp, lo, hi):
     q_top = np.clip(requant_dw(top, t[:, 0], t[:, 1], yzp, corr=False), lo, hi)
     const = q_bot == q_top
     live = ~const
+    # narrow channels: an acc range under NARROW values that 256 acc or the usual
+    # (mult, E, n) cannot hold (|acc| past 2^23, |n| past 2^30: VWW's 6 -> 3 layer, two
+    # channels near acc 10^7 with shift 18 and 20) count acc - C from the bias fold - C
+    # (C the range's middle) with constants solved for (narrow_rows)
+    span = top - bot
+    fits = np.array([scaled_rows(t[ch:ch + 1]) is not None for ch in range(len(fold))], bool)
+    big = live & ((np.maximum(-bot, top) >= SCALED_MAX) | ~fits)
+    narrow = big & (span < NARROW)
+    if np.any(big & ~narrow):
+        return None
+    live_w = live & ~narrow
     e_c = 16
-    if live.any():
-        lr = scaled_rows(t[live])
-        if lr is None or max(-int(bot[live].min()), int(top[live].max())) >= SCALED_MAX:
+    lr = np.zeros((len(fold), 3), np.int64)
+    if live_w.any():
+        lr[live_w] = scaled_rows(t[live_w])
+        e_c = int(lr[live_w, 1].min())       # (the shift common_shift would give every channel)
+    cl = np.zeros_like(fold)
+    for ch in np.flatnonzero(narrow):
+        nr = narrow_rows(int(bot[ch]), int(top[ch]), int(t[ch, 0]), int(t[ch, 1]), yzp, e_c)
+        if nr is None:
             return None
-        e_c = int(lr[:, 1].min())       # (the shift common_shift would give every channel)
+        lr[ch], cl[ch] = nr
+    fold, bot, top = fold - cl, bot - cl, top - cl
     rows = np.stack([np.zeros_like(fold), np.full_like(fold, e_c), q_bot << e_c], axis=1)
     fold = np.where(const, 0, fold)
-    if live.any():
-        rows[live] = lr
+    rows[live] = lr[live]
     bot, top = np.where(const, 0, bot), np.where(const, 0, top)
     # an even shift first (one kernel per shift: VWW's five 6x6x128 layers, shifts
     # 10 and 11, share one kernel at 10), else the least
@@ -302,6 +323,58 @@ def scaled_plan(w2, fold, tab, yzp, lo, hi):
 
 
 FIT_SPAN = 512            # multipliers tried either side of mult >> d by one_shift
+
+
+def _fit(want, bot, top, e, m2):
+    """The first (m, n) with m from m2 (nearest first) whose outputs
+    floor((256 acc m + n 2^32) / 2^(32+e)) reach each level q = -127..127 at
+    acc want[q] (clipped to [bot, top + 1]) over [bot, top], or None: the
+    feasible n for one m are an interval, n >= q 2^e - floor(T_q m / 2^24)
+    where level q is reached inside the range, n <= q 2^e - floor((T_q - 1)
+    m / 2^24) - 1 where it is not reached at or below T_q - 1."""
+    base = np.arange(-127, 128, dtype=np.int64) << e
+    m2 = m2[(m2 > 0) & (m2 < 2 ** 31)]
+    ge, lt = want <= top, want > bot
+    lo_n = (base[ge][None, :] - ((want[ge][None, :] * m2[:, None]) >> 24)).max(axis=1, initial=-2 ** 62)
+    hi_n = (base[lt][None, :] - (((want[lt] - 1)[None, :] * m2[:, None]) >> 24) - 1).min(axis=1, initial=2 ** 62)
+    n2 = np.maximum(lo_n, -(2 ** 30) + 1)
+    ok = np.flatnonzero((n2 <= hi_n) & (n2 < 2 ** 30))
+    return None if not ok.size else (int(m2[ok[0]]), int(n2[ok[0]]))
+
+
+NARROW = 2 ** 18          # most acc values of a channel narrow_rows solves for (its range evaluated whole)
+
+
+def narrow_rows(bot: int, top: int, mult: int, e: int, yzp: int, e0: int):
+    """((mult, E, n), C) of the scaled requantization for a channel whose acc
+    range [bot, top] is narrow (< NARROW values) but passes +-2^23 or needs
+    an n past 2^30: the kernel counts acc - C (C the range's middle; the
+    bias fold - C) and (mult, n) are solved (_fit) so that floor((256 (acc
+    - C) mult + n 2^32) / 2^(32+E)) reaches every level where the "fast"
+    requantization (requant_dw, no sign fix) does, over the whole range
+    (evaluated value by value); E the least from e0 up to e + 7 that fits;
+    or None. SMMLA's result must stay inside int32 at both ends (it is
+    monotonic)."""
+    c = (bot + top) // 2
+    b2, t2 = bot - c, top - c
+    if b2 <= -SCALED_MAX or t2 >= SCALED_MAX:
+        return None
+    acc = np.arange(bot, top + 1, dtype=np.int64)
+    v = requant_dw(acc, mult, e, yzp, corr=False)
+    want = b2 + np.searchsorted(v, np.arange(-127, 128, dtype=np.int64), side="left")
+    span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
+    span = span[np.argsort(np.abs(span), kind="stable")]
+    for big_e in range(min(e0, e + 7), e + 8):
+        mn = _fit(want, b2, t2, big_e, (mult >> (e + 7 - big_e)) + span)
+        if mn is None:
+            continue
+        ends = [mn[1] + ((256 * a * mn[0]) >> 32) for a in (b2, t2)]
+        if min(ends) < -2 ** 31 or max(ends) >= 2 ** 31:
+            continue
+        got = np.clip(_thresholds(np.array([mn[0]]), np.array([big_e]), np.array([mn[1]]))[0], b2, t2 + 1)
+        if np.array_equal(got, want):
+            return np.array([mn[0], big_e, mn[1]], np.int64), c
+    return None
 
 
 def one_shift(rows, bot, top, e0=None):
@@ -331,25 +404,17 @@ def one_shift(rows, bot, top, e0=None):
         return None
     bot, top = np.asarray(bot, np.int64), np.asarray(top, np.int64)
     want = np.clip(_thresholds(mult, big_e, n), bot[:, None], top[:, None] + 1)
-    base = np.arange(-127, 128, dtype=np.int64) << e0
     out = t.copy()
     out[:, 1] = e0
     span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
     span = span[np.argsort(np.abs(span), kind="stable")]           # nearest first
     for ch in np.flatnonzero(live & (big_e != e0)):
-        w = want[ch]
         if big_e[ch] < e0:
             return None
-        m2 = (mult[ch] >> (big_e[ch] - e0)) + span
-        m2 = m2[(m2 > 0) & (m2 < 2 ** 31)]
-        ge, lt = w <= top[ch], w > bot[ch]
-        lo_n = (base[ge][None, :] - ((w[ge][None, :] * m2[:, None]) >> 24)).max(axis=1, initial=-2 ** 62)
-        hi_n = (base[lt][None, :] - (((w[lt] - 1)[None, :] * m2[:, None]) >> 24) - 1).min(axis=1, initial=2 ** 62)
-        n2 = np.maximum(lo_n, -(2 ** 30) + 1)
-        ok = np.flatnonzero((n2 <= hi_n) & (n2 < 2 ** 30))
-        if not ok.size:
+        mn = _fit(want[ch], bot[ch], top[ch], e0, (mult[ch] >> (big_e[ch] - e0)) + span)
+        if mn is None:
             return None
-        out[ch, 0], out[ch, 2] = m2[ok[0]], n2[ok[0]]
+        out[ch, 0], out[ch, 2] = mn
     got = np.clip(_thresholds(out[:, 0], out[:, 1], out[:, 2]), bot[:, None], top[:, None] + 1)
     return out if np.array_equal(got[live], want[live]) else None
 
@@ -569,13 +634,19 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
             return False
         # more lines per band where the leanest plan has the room at this step
         # (each input row converted fewer times, fewer per-band setups)
-        free = k.scratch_free() // 2
+        # (half the free run at most, the whole of it for one band of every line: no
+        # pair-row converted twice, no band of one line: VWW 24 -> 12 x32)
+        free, kp0 = k.scratch_free(), kp
         for kp2 in range(KP_MAX, kp, -1):
             plane2 = -(-wcols * kp2 // PLANE_STEP) * PLANE_STEP
             band2 = _band(kh, sh, kp2, oh) if 16 * plane2 <= free else None
+            if band2 and band2[0] < oh and 32 * plane2 > free:
+                band2 = None
             if band2 and band2[0] > band[0]:
                 kp, band = kp2, band2
                 break
+        while kp > kp0 and band[0] == oh and (_band(kh, sh, kp - 1, oh) or (0,))[0] == oh:
+            kp, band = kp - 1, _band(kh, sh, kp - 1, oh)      # the least kp holding every line
     lb, nk_extra = band
     plane = -(-wcols * kp // PLANE_STEP) * PLANE_STEP
     lf = min(pl, wcols)
