@@ -16,7 +16,7 @@ from onnx import numpy_helper
 
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
-from cuvil_mcu.isa import dsp_conv
+from cuvil_mcu.isa import dsp_conv, dsp_pwsk
 from test_isa_dsp import build
 
 # x (NCHW), w: K in {8, 12, 16, 24, 56}, M % 4 == 0 (the natural order), pixel counts odd and even
@@ -55,6 +55,8 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
         monkeypatch.setattr(codegen.Emitter, "order",
                             lambda self, i, o, variant=None: order(self, i, o, variant) if variant == "rev" else None)
         monkeypatch.setattr(codegen.Emitter, "variant", lambda self: "rev")
+    # K = 8 layers without the sign fix would take the small-K kernel (its own test: test_dsp_pwsk.py)
+    monkeypatch.setattr(dsp_pwsk, "MAX_M", 0)
     if not scaled:
         monkeypatch.setattr(dsp_conv, "SCALED_MAX", 0)
     if rev:   # the scaled kernels' per-channel shifts (else made one by common_shift)
