@@ -38,8 +38,8 @@ first pair up, runs of pixel pairs on one output row whose windows lie
 inside the input go to its row kernel: the gather in assembly too
 (gather_asm: immediate offsets from one pointer), xe on its stack, no
 call per pair; the other pairs, and every pair in C, gather from one base
-pointer when both windows are inside; where ring_plan allows (VWW's first
-layer) no gather at all: the input rows sign-extended once into a ring of
+pointer when both windows are inside; where ring_plan allows (the ring
+in the arena's free run; not VWW's first layer) no gather at all: the input rows sign-extended once into a ring of
 int16 rows with the x_zp padding, every pair of an output row read from
 it by the ring kernel, border pairs included); elsewhere (the
 other orders, -O0 without the DSP extension, the host) the C loop with 13
@@ -305,7 +305,9 @@ def ring_plan(geo, kk: int, k4: int, plan, room: int, xe: int) -> dict | None:
     column cols, xa: per K-pair the two pixels' sources, pre: the PKHBT
     instructions, ring geometry) or None: needs 4-byte aligned windows (sw
     c even), word rows (pl c even, w c % 8 == 0), whole pairs per output
-    row (ow even), the ring inside the arena's free room and RING_MAX, and
+    row (ow even), the ring inside the arena's free run at the node
+    (scratch_free: on VWW it would grow the arena by 1,664 B for ~58k
+    cycles, so it is not taken there) and RING_MAX, and
     offsets within LDR's 4095."""
     (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
@@ -487,7 +489,7 @@ def emit(node, x, w, outs, k, p) -> bool:
         # runs of pixel pairs inside the input: the gather in assembly too (the pixel loop's
         # gather, call and stack traffic were a third of the layer); from the first pair up only
         row = gather_asm(plan, wd * c, sw * c) if not rev else None
-        rg = ring_plan(geo, kk, k4, plan, k.scratch_room(), xe + (gextra if gs else 0)) if row is not None else None
+        rg = ring_plan(geo, kk, k4, plan, k.scratch_free(), xe + (gextra if gs else 0)) if row is not None else None
         if rg is not None:
             # the input rows sign-extended once into a ring of int16 rows (padding included):
             # every pair of an output row through the ring kernel, no gather (the weights in
