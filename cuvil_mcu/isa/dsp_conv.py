@@ -39,9 +39,10 @@ inside the input go to its row kernel: the gather in assembly too
 (gather_asm: immediate offsets from one pointer), xe on its stack, no
 call per pair; the other pairs, and every pair in C, gather from one base
 pointer when both windows are inside; where ring_plan allows (the ring
-in the arena's free run; not VWW's first layer) no gather at all: the input rows sign-extended once into a ring of
-int16 rows with the x_zp padding, every pair of an output row read from
-it by the ring kernel, border pairs included); elsewhere (the
+in the arena's free run; not VWW's first layer) no gather at all: the
+input rows sign-extended once into a ring of int16 rows with the x_zp
+padding, every pair of an output row read from it by the ring kernel,
+border pairs included); elsewhere (the
 other orders, -O0 without the DSP extension, the host) the C loop with 13
 pinned registers or plain C. Padding taps read x_zp (the bias has -x_zp * sum(w) folded
 in), written straight into xe as halfword pairs. M is padded to a multiple
