@@ -350,6 +350,17 @@ def test_first_conv_rows_on_qemu():
         np.testing.assert_array_equal(r.outputs[0].reshape(ref.shape), ref, err_msg=f"{board}: {a}")
 
 
+def _exact_on(c, feeds, board):
+    """Every output of c on the QEMU board equal to the numpy reference (and not near-constant)."""
+    from cuvil_mcu.sim import qemu
+    g = c.graph
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
+    ref = reference.run(g, feeds)
+    for name, o in zip(g.outputs, r.outputs):
+        assert np.unique(ref[name]).size > 4, name
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")
+
+
 # first layers whose input rows go through the ring of sign-extended rows (dsp_conv.ring_plan:
 # w c % 8 == 0, pl c even, even output rows): batch 2 with an 8-byte conversion step first
 # (w c = 24) and VWW's padding; padding rows on top and below (two after) and x_zp columns on
@@ -370,7 +381,6 @@ def test_first_conv_ring_on_qemu(tmp_path, monkeypatch):
     import subprocess
     if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
-    from cuvil_mcu.sim import qemu
     from cuvil_mcu import codegen
     monkeypatch.setattr(codegen.Emitter, "scratch_free", codegen.Emitter.scratch_room)
     board = "qemu-mps2-an386"
@@ -378,12 +388,7 @@ def test_first_conv_ring_on_qemu(tmp_path, monkeypatch):
     c = compile_model(model, board=board)
     assert len(re.findall(r"static void \w*__qconv2_ublocks_dsp_ring_\w*\(", c.header)) == 2
     assert "qconv2_ublocks_dsp_row_" not in c.header
-    g = c.graph
-    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
-    ref = reference.run(g, feeds)
-    for name, o in zip(g.outputs, r.outputs):
-        assert np.unique(ref[name]).size > 4, name
-        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")
+    _exact_on(c, feeds, board)
     (tmp_path / "model.h").write_text(c.header)
     src = tmp_path / "tu.c"
     src.write_text(f"#define {c.prefix.upper()}_IMPLEMENTATION\n#include \"model.h\"\n")
@@ -401,7 +406,6 @@ def test_first_convs_on_qemu():
     import shutil
     if not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
-    from cuvil_mcu.sim import qemu
     board = "qemu-mps2-an386"
     model, feeds = build([("conv", a, {}) for a in FIRST], seed=31)
     c = compile_model(model, board=board)
@@ -409,9 +413,4 @@ def test_first_convs_on_qemu():
     # M <= 16: the blocks unrolled per layer (qconv2_ublocks_dsp; here with the sign fix,
     # VWW's first layer without: test_sim's shared models on QEMU)
     assert "__qconv2_ublocks_dsp_ck14_b4_" in c.header and "__qconv2_ublocks_dsp_ck14_b2_" in c.header
-    g = c.graph
-    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
-    ref = reference.run(g, feeds)
-    for name, o in zip(g.outputs, r.outputs):
-        assert np.unique(ref[name]).size > 4, name
-        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"{board}: {name}")
+    _exact_on(c, feeds, board)
