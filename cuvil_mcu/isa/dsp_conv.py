@@ -95,7 +95,7 @@ FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt"
 A_MAX = 2 ** 23   # |A| bound: 256 * A must stay inside int32
 GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unrolled gather
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
-NKP_UNROLL_PW = 32   # the same for emit_pw's kernels (K <= 32: ~56 B of code per K-pair)
+NKP_UNROLL_PW = 32   # the same for emit_pw's kernels (K <= 64: ~56 B of code per K-pair, 256 B of xe on the stack)
 PW_LOOP = 32         # K-pairs per turn of emit_pw's K loop past that (each turn's end test ~6 cycles)
 NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
