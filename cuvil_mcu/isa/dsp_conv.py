@@ -240,29 +240,60 @@ def gather_plan(kh: int, ll: int, kk: int) -> list[list[dict]]:
     return words
 
 
-def gather_asm(plan, rb: int, swc: int) -> list[str] | None:
+def _t2imm(v: int) -> bool:
+    """v a Thumb-2 modified immediate (BIC/ORR/MOV): a byte, 00XY00XY,
+    XY00XY00, XYXYXYXY or a byte with its top bit set rotated."""
+    v &= 0xFFFFFFFF
+    b = v & 0xFF
+    if v < 256 or v == b * 0x00010001 or v == (v >> 8 & 0xFF) * 0x01000100 or v == b * 0x01010101:
+        return True
+    return any(((v << r | v >> (32 - r)) & 0xFFFFFFFF) in range(128, 256) for r in range(1, 32))
+
+
+def _part_bytes(t) -> list[tuple[int, int]]:
+    """(window byte of row t["r"], byte of the gathered word) of each byte a
+    gather_plan part supplies."""
+    rsh, lsh = t["rsh"], t["lsh"]
+    width = 32 - max(rsh, lsh) if t["mask"] is None else t["mask"].bit_length()
+    return [(t["off"] + rsh // 8 + i, lsh // 8 + i) for i in range(width // 8)]
+
+
+def gather_asm(plan, rb: int, swc: int, kk: int | None = None, ll: int | None = None, pad=None, zb: int = 0):
     """qconv2_ublocks_dsp's row kernel: Arm instructions that gather both
     pixels of a pair (the second swc bytes after the first) from the rows
     r0 + r * rb into xe at sp (int32 index 4 g + q and 4 g + 2 + q for
     word g of pixel q, as the C gather), the plan's parts (gather_plan) as
     immediate-offset loads, UBFX/shifts and ORs; registers r1..r(n) the
     loads, r10 r11 the word and a part, r12 lr the split. None for byte
-    plans, more than 9 loads per pixel or offsets past LDR's 4095."""
+    plans, more than 9 loads per pixel or offsets past LDR's 4095.
+    pad(q, r, j) (with kk and rows of ll bytes): window byte j of row r of
+    pixel q is padding: it reads zb (x_zp's byte) instead, a part wholly
+    padding is not loaded (the others are: the caller keeps their reads
+    inside the input), the rest patched by BIC/ORR. gather_reach gives the
+    bytes from r0 its loads reach."""
     parts = [t for g in plan for t in g]
     if any(t["byte"] for t in parts) or len(parts) > 9 or \
             max((t["r"] * rb + t["off"] for t in parts), default=0) + swc > 4095:
         return None
     ins = []
     for q in range(2):
+        def padded(t, j):
+            return pad is not None and pad(q, t["r"], j)
+        skip = [all(padded(t, j) for j, _ in _part_bytes(t)) for t in parts]
         n = 0
-        for t in parts:
+        for t, sk in zip(parts, skip):
             n += 1
-            ins.append(f"ldr r{n}, [r0, #{q * swc + t['r'] * rb + t['off']}]")
+            if not sk:
+                ins.append(f"ldr r{n}, [r0, #{q * swc + t['r'] * rb + t['off']}]")
         n = 0
         for g, word in enumerate(plan):
             v = None
+            # bytes of the word that read x_zp: the padding taps of this pixel
+            pb = sorted({d for t in word for j, d in _part_bytes(t) if 4 * g + d < (kk or 0) and padded(t, j)})
             for t in word:
                 n += 1
+                if skip[n - 1]:
+                    continue
                 rsh, lsh = t["rsh"], t["lsh"]
                 width = 32 - max(rsh, lsh) if t["mask"] is None else t["mask"].bit_length()
                 src = f"r{n}"
@@ -284,9 +315,65 @@ def gather_asm(plan, rb: int, swc: int) -> list[str] | None:
                         ins.append(f"mov r10, {v}")
                         v = "r10"
                     ins.append(f"orr r10, r10, {src}{sh}")
+            if v is None:
+                ins.append(f"mov r10, #0x{zb * 0x01010101:X}")
+                v = "r10"
+            elif pb:
+                mask = sum(0xFF << 8 * d for d in pb)
+                fill = sum(zb << 8 * d for d in pb)
+                for mk, fl in ([(mask, fill)] if _t2imm(mask) and _t2imm(fill) else
+                               [(0xFF << 8 * d, zb << 8 * d) for d in pb]):
+                    ins.append(f"bic {v}, {v}, #0x{mk:X}")
+                    if fl:
+                        ins.append(f"orr {v}, {v}, #0x{fl:X}")
             ins += [f"sxtb16 r12, {v}", f"sxtb16 lr, {v}, ror #8",
                     f"str r12, [sp, #{16 * g + 4 * q}]", f"str lr, [sp, #{16 * g + 8 + 4 * q}]"]
     return ins
+
+
+def gather_reach(plan, rb: int, swc: int, pad=None) -> int:
+    """Bytes from the pair's first byte that gather_asm's loads (with pad)
+    reach: each loaded part's word, for both pixels."""
+    return max((q * swc + t["r"] * rb + t["off"] + 4 for q in range(2) for g in plan for t in g
+                if pad is None or not all(pad(q, t["r"], j) for j, _ in _part_bytes(t))), default=0)
+
+
+def pad_gathers(geo, plan, kk: int, xzp: int) -> dict:
+    """The row kernel's gathers with padding (gather_asm's pad), so that
+    border pairs skip the C gather: rowt for the last pair of an output
+    row whose second window passes the input's right edge (even rows of
+    pairs, no padding on its left; treach: the bytes its loads reach, the
+    C caller checks they stay inside the image), rowb for every pair of the
+    last output row when its window's last rows lie below the input (nvb
+    rows inside, from input row ihl), rowc for that row's last pair (when
+    its loads stay inside the image). Empty where none applies."""
+    (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
+    (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
+    c = geo.c
+    ll, rb, swc, zb = kw * c, wd * c, sw * c, int(xzp) & 0xFF
+    it0 = (ow - 2) * sw - pl                       # first input column of the last pair
+    ihl = (oh - 1) * sh - pt                       # first input row of the last output row
+    nvb = h - ihl
+
+    def right(q, r, j):
+        return it0 + q * sw + j // c >= wd
+
+    def below(q, r, j):
+        return r >= nvb
+
+    out = {}
+    if ow % 2 == 0 and ow >= 2 and it0 >= 0 and it0 + sw + kw > wd:
+        t = gather_asm(plan, rb, swc, kk, ll, right, zb)
+        if t is not None:
+            out.update(rowt=t, treach=gather_reach(plan, rb, swc, right))
+    if oh >= 1 and ihl >= 0 and 1 <= nvb < kh:
+        b = gather_asm(plan, rb, swc, kk, ll, below, zb)
+        if b is not None:
+            out.update(rowb=b, nvb=nvb, ihl=ihl)
+            both = (lambda q, r, j: right(q, r, j) or below(q, r, j))
+            if "rowt" in out and (ihl * wd + it0) * c + gather_reach(plan, rb, swc, both) <= h * wd * c:
+                out.update(rowc=gather_asm(plan, rb, swc, kk, ll, both, zb), corner=True)
+    return out
 
 
 RING_MAX = 4096   # arena bytes up to which a first layer's input rows are sign-extended into a ring
@@ -512,18 +599,20 @@ def emit(node, x, w, outs, k, p) -> bool:
                                                       "scaled": scaled})
             name += "_u" + tag
         if row is not None and rg is None:
-            rtag = hashlib.sha1(repr((nkp, es, scaled, row, m, sw * c, wd * c)).encode()).hexdigest()[:10]
+            pg = pad_gathers(geo, plan, kk, p.x_zp)
+            rtag = hashlib.sha1(repr((nkp, es, scaled, row, m, sw * c, wd * c, pg)).encode()).hexdigest()[:10]
             urow = k.kernel("qconv2_ublocks_dsp", {"name": f"row_{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{rtag}",
                                                    "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
                                                    "scaled": scaled, "row": row, "m": m, "swc": sw * c,
-                                                   "rb": wd * c})
+                                                   "rb": wd * c, **pg})
             name += "_r" + rtag
     blocks = k.kernel("qconv2_blocks_dsp", {"name": ("nc" if corr else "n") + (f"_k{nkp}" if nkp else ""),
                                             "nkp": nkp, "corr": corr}) if nat and not ublocks else ""
     fn = k.kernel("qconv2_dsp", {"name": name, "rq": mode, "sat": sat, "fields": FIELDS, "nkp": nkp, "blocks": blocks,
                                  "plan": plan, "kh": kh, "ll": kw * c, "k4": k4, "gs": gs, "nat": nat, "corr": corr,
                                  "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev, "ublocks": ublocks,
-                                 "urow": urow if rg is None else "", "ring": rg, "rfn": urow if rg else ""})
+                                 "urow": urow if rg is None else "", "ring": rg, "rfn": urow if rg else "",
+                                 **({k_: pg.get(k_) for k_ in ("treach", "nvb", "ihl", "corner")} if urow and rg is None else {})})
     wsym = k.const(wpk, f"{w.name}_dsp2")
     rsym = k.const(rec.astype(np.int32), f"{node.name}_pairs")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qconv2_dsp_geo")
