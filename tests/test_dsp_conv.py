@@ -324,10 +324,16 @@ FIRST = [
 # inside the input gathered in assembly): rows of 7 outputs (a row's pairs start at its
 # first or its second pixel, pairs across rows; VWW-like padding after only), stride 1
 # with 16 channels (IC-like)
+# with even rows (the last pair past the right edge) and a last output row partly below
+# the input: those pairs too (pad_gathers: x_zp bytes in the gather; VWW-like, and stride 1
+# with padding on every side)
 ROWS = [
     ((1, 3, 10, 11), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 3, 13, 14), (8, 3, 3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 3, 12, 12), (8, 3, 3, 3), dict(strides=[2, 2], pads=[0, 0, 1, 1])),
+    ((1, 3, 8, 10), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
 ]
+PADDED = {2: "2 | tl", 3: "2 | tl"}     # ROWS whose border pairs take the row kernel
 
 
 def test_first_conv_rows_on_qemu():
@@ -343,6 +349,8 @@ def test_first_conv_rows_on_qemu():
         model, feeds = build([("conv", a, {})], seed=37 + i)
         c = compile_model(model, board=board)
         assert re.search(r"static void \w*__qconv2_ublocks_dsp_row_\w*\(", c.header), a
+        if i in PADDED:
+            assert PADDED[i] in c.header and "int32_t flags" in c.header, a
         g = c.graph
         r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)
         ref = reference.run(g, feeds)[g.outputs[0]]
