@@ -318,17 +318,89 @@ def gather_asm(plan, rb: int, swc: int, kk: int | None = None, ll: int | None = 
             if v is None:
                 ins.append(f"mov r10, #0x{zb * 0x01010101:X}")
                 v = "r10"
-            elif pb:
-                mask = sum(0xFF << 8 * d for d in pb)
-                fill = sum(zb << 8 * d for d in pb)
-                for mk, fl in ([(mask, fill)] if _t2imm(mask) and _t2imm(fill) else
-                               [(0xFF << 8 * d, zb << 8 * d) for d in pb]):
-                    ins.append(f"bic {v}, {v}, #0x{mk:X}")
-                    if fl:
-                        ins.append(f"orr {v}, {v}, #0x{fl:X}")
-            ins += [f"sxtb16 r12, {v}", f"sxtb16 lr, {v}, ror #8",
-                    f"str r12, [sp, #{16 * g + 4 * q}]", f"str lr, [sp, #{16 * g + 8 + 4 * q}]"]
+            ins += _patch(v, pb, zb) + [f"sxtb16 r12, {v}", f"sxtb16 lr, {v}, ror #8",
+                                        f"str r12, [sp, #{16 * g + 4 * q}]", f"str lr, [sp, #{16 * g + 8 + 4 * q}]"]
     return ins
+
+
+def _patch(v: str, pb, zb: int) -> list[str]:
+    """BIC/ORR that set bytes pb of register v to zb (one pair when the
+    masks are immediates)."""
+    if not pb:
+        return []
+    mask, fill = sum(0xFF << 8 * d for d in pb), sum(zb << 8 * d for d in pb)
+    out = []
+    for mk, fl in ([(mask, fill)] if _t2imm(mask) and _t2imm(fill) else [(0xFF << 8 * d, zb << 8 * d) for d in pb]):
+        out += [f"bic {v}, {v}, #0x{mk:X}"] + ([f"orr {v}, {v}, #0x{fl:X}"] if fl else [])
+    return out
+
+
+def row_pairs(kh: int, ll: int, kk: int, nkp: int) -> list[tuple[int, int]] | None:
+    """The K-pairs of gather_rows_asm (K indices; kk: a zero weight): per
+    window row its 4-byte groups as SXTB16 splits them ((0, 2), (1, 3)),
+    then the rows' last bytes two by two. None unless rows of 4 a + 1 bytes
+    (3x3 windows of 3 channels: 27 inputs in 14 K-pairs, as gather_plan) fit
+    in nkp K-pairs."""
+    if ll % 4 != 1 or ll < 5:
+        return None
+    pairs = [(r * ll + 4 * a + i, r * ll + 4 * a + i + 2) for r in range(kh) for a in range(ll // 4) for i in (0, 1)]
+    last = [r * ll + ll - 1 for r in range(kh)] + [kk]
+    pairs += [(last[i], last[i + 1]) for i in range(0, kh, 2)]
+    if len(pairs) > nkp:
+        return None
+    return pairs + [(kk, kk)] * (nkp - len(pairs))
+
+
+def gather_rows_asm(kh: int, ll: int, rb: int, swc: int, pad=None, zb: int = 0) -> list[str] | None:
+    """gather_asm for row_pairs' order: no word built from two rows (no
+    shifts and ORs): each row's 4-byte groups loaded and split as they are,
+    the rows' last bytes (the top byte of a load ending there) joined two
+    by two as sign-extended halfwords by ASR and PKHTB, stored without a
+    split (2 stores, not 4). pad, zb as gather_asm. None past 9 loads a
+    pixel or LDR's 4095."""
+    na = ll // 4
+    if kh * (na + 1) > 9 or swc + (kh - 1) * rb + ll > 4095:
+        return None
+    ins = []
+    for q in range(2):
+        def padded(r, j):
+            return pad is not None and pad(q, r, j)
+        words = [(r, 4 * a, [d for d in range(4) if padded(r, 4 * a + d)]) for r in range(kh) for a in range(na)]
+        lasts = [(r, ll - 4, [3] if padded(r, ll - 1) else []) for r in range(kh)]
+        for n, (r, j, pb) in enumerate(words + lasts, 1):
+            if len(pb) < 4 and not (j == ll - 4 and pb and all(padded(r, i) for i in range(j, ll))):
+                ins.append(f"ldr r{n}, [r0, #{q * swc + r * rb + j}]")
+        for g, (r, j, pb) in enumerate(words):
+            v = f"r{g + 1}"
+            ins += ([f"mov {v}, #0x{zb * 0x01010101:X}"] if len(pb) == 4 else _patch(v, pb, zb)) \
+                + [f"sxtb16 r12, {v}", f"sxtb16 lr, {v}, ror #8",
+                   f"str r12, [sp, #{16 * g + 4 * q}]", f"str lr, [sp, #{16 * g + 8 + 4 * q}]"]
+        for i, (r, j, pb) in enumerate(lasts):
+            v = f"r{len(words) + i + 1}"
+            if pb and all(padded(r, t) for t in range(j, ll)):
+                ins.append(f"mov {v}, #0x{zb << 24:X}")
+            else:
+                ins += _patch(v, pb, zb)
+        base = 16 * len(words)
+        for t, i in enumerate(range(0, kh, 2)):
+            a = f"r{len(words) + i + 1}"
+            if i + 1 < kh:
+                ins += [f"asr r10, r{len(words) + i + 2}, #8", f"pkhtb r10, r10, {a}, asr #24"]
+            else:
+                ins.append(f"asr r10, {a}, #24")
+            ins.append(f"str r10, [sp, #{base + 8 * t + 4 * q}]")
+    return ins
+
+
+def rows_reach(kh: int, ll: int, swc: int, rb: int, pad=None) -> int:
+    """gather_reach for gather_rows_asm."""
+    out = 0
+    for q in range(2):
+        for r in range(kh):
+            for j in [4 * a for a in range(ll // 4)] + [ll - 4]:
+                if pad is None or not all(pad(q, r, t) for t in range(j, j + 4)):
+                    out = max(out, q * swc + r * rb + j + 4)
+    return out
 
 
 def gather_reach(plan, rb: int, swc: int, pad=None) -> int:
@@ -338,7 +410,7 @@ def gather_reach(plan, rb: int, swc: int, pad=None) -> int:
                 if pad is None or not all(pad(q, t["r"], j) for j, _ in _part_bytes(t))), default=0)
 
 
-def pad_gathers(geo, plan, kk: int, xzp: int) -> dict:
+def pad_gathers(geo, xzp: int, gen, reach) -> dict:
     """The row kernel's gathers with padding (gather_asm's pad), so that
     border pairs skip the C gather: rowt for the last pair of an output
     row whose second window passes the input's right edge (even rows of
@@ -346,11 +418,13 @@ def pad_gathers(geo, plan, kk: int, xzp: int) -> dict:
     C caller checks they stay inside the image), rowb for every pair of the
     last output row when its window's last rows lie below the input (nvb
     rows inside, from input row ihl), rowc for that row's last pair (when
-    its loads stay inside the image). Empty where none applies."""
+    its loads stay inside the image). gen(pad, zb): the gather (gather_asm
+    or gather_rows_asm), reach(pad) its loads' reach. Empty where none
+    applies."""
     (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     (sh, sw), (pt, pl) = geo.strides, geo.pad_begin
     c = geo.c
-    ll, rb, swc, zb = kw * c, wd * c, sw * c, int(xzp) & 0xFF
+    zb = int(xzp) & 0xFF
     it0 = (ow - 2) * sw - pl                       # first input column of the last pair
     ihl = (oh - 1) * sh - pt                       # first input row of the last output row
     nvb = h - ihl
@@ -363,16 +437,16 @@ def pad_gathers(geo, plan, kk: int, xzp: int) -> dict:
 
     out = {}
     if ow % 2 == 0 and ow >= 2 and it0 >= 0 and it0 + sw + kw > wd:
-        t = gather_asm(plan, rb, swc, kk, ll, right, zb)
+        t = gen(right, zb)
         if t is not None:
-            out.update(rowt=t, treach=gather_reach(plan, rb, swc, right))
+            out.update(rowt=t, treach=reach(right))
     if oh >= 1 and ihl >= 0 and 1 <= nvb < kh:
-        b = gather_asm(plan, rb, swc, kk, ll, below, zb)
+        b = gen(below, zb)
         if b is not None:
             out.update(rowb=b, nvb=nvb, ihl=ihl)
             both = (lambda q, r, j: right(q, r, j) or below(q, r, j))
-            if "rowt" in out and (ihl * wd + it0) * c + gather_reach(plan, rb, swc, both) <= h * wd * c:
-                out.update(rowc=gather_asm(plan, rb, swc, kk, ll, both, zb), corner=True)
+            if "rowt" in out and (ihl * wd + it0) * c + reach(both) <= h * wd * c:
+                out.update(rowc=gen(both, zb), corner=True)
     return out
 
 
@@ -570,6 +644,7 @@ def emit(node, x, w, outs, k, p) -> bool:
     if scaled:
         ust = ustream_scaled(wpad, pairs, folded, m, mult, m4 // 4, nkp)
     ublocks = urow = ""
+    rst = None                                 # the row kernel's own stream (gather_rows_asm's K order)
     rg = None
     if ust is not None:
         st, es = ust
@@ -599,7 +674,20 @@ def emit(node, x, w, outs, k, p) -> bool:
                                                       "scaled": scaled})
             name += "_u" + tag
         if row is not None and rg is None:
-            pg = pad_gathers(geo, plan, kk, p.x_zp)
+            ll, rb, swc = kw * c, wd * c, sw * c
+            gen = lambda pad, zb: gather_asm(plan, rb, swc, kk, ll, pad, zb)      # noqa: E731
+            reach = lambda pad: gather_reach(plan, rb, swc, pad)                  # noqa: E731
+            rp = row_pairs(kh, ll, kk, nkp)
+            if rp is not None and (kk < k4 or all(kk not in t for t in rp)) and gather_rows_asm(kh, ll, rb, swc) is not None:
+                # rows of 4 a + 1 bytes: the row kernel's own K order (its stream's weights permuted)
+                gen = lambda pad, zb: gather_rows_asm(kh, ll, rb, swc, pad, zb)  # noqa: E731
+                reach = lambda pad: rows_reach(kh, ll, swc, rb, pad)              # noqa: E731
+                row = gen(None, 0)
+                wrow = np.zeros_like(wpad)
+                wrow[:, kpair_order(k4).reshape(-1)] = np.pad(wpad, ((0, 0), (0, 1)))[:, np.array(rp).reshape(-1)]
+                rst, _ = (ustream_scaled(wrow, pairs, folded, m, mult, m4 // 4, nkp) if scaled else
+                          ustream(pack_weights(wrow, pairs), rec, m4 // 4, nkp))
+            pg = pad_gathers(geo, p.x_zp, gen, reach)
             rtag = hashlib.sha1(repr((nkp, es, scaled, row, m, sw * c, wd * c, pg)).encode()).hexdigest()[:10]
             urow = k.kernel("qconv2_ublocks_dsp", {"name": f"row_{'c' * corr}{'s' * scaled}k{nkp}_b{m4 // 4}_{rtag}",
                                                    "nkp": nkp, "nblk": m4 // 4, "es": es, "corr": corr,
@@ -612,6 +700,7 @@ def emit(node, x, w, outs, k, p) -> bool:
                                  "plan": plan, "kh": kh, "ll": kw * c, "k4": k4, "gs": gs, "nat": nat, "corr": corr,
                                  "rw": 3 if mode == "fast" else 2, "pw": pw, "rev": rev, "ublocks": ublocks,
                                  "urow": urow if rg is None else "", "ring": rg, "rfn": urow if rg else "",
+                                 "rst": rst is not None,
                                  **({k_: pg.get(k_) for k_ in ("treach", "nvb", "ihl", "corner")} if urow and rg is None else {})})
     wsym = k.const(wpk, f"{w.name}_dsp2")
     rsym = k.const(rec.astype(np.int32), f"{node.name}_pairs")
@@ -623,6 +712,8 @@ def emit(node, x, w, outs, k, p) -> bool:
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_dsp: pixel pairs from the last down"), "rev")
     ssym = f", {k.const(st.astype(np.int32), f'{node.name}_ustream')}" if ublocks or rg else ""
+    if rst is not None:
+        ssym += f", {k.const(rst.astype(np.int32), f'{node.name}_rstream')}"
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {bufs}{ssym});")
     return True
 
