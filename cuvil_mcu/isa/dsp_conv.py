@@ -36,8 +36,12 @@ nudge) rows (ustream), the shifts as SSAT's immediates, emit_pw's
 "scaled" rows where the sign fix is not needed (ustream_scaled); from the
 first pair up, runs of pixel pairs on one output row whose windows lie
 inside the input go to its row kernel: the gather in assembly too
-(gather_asm: immediate offsets from one pointer), xe on its stack, no
-call per pair; the other pairs, and every pair in C, gather from one base
+(gather_asm: immediate offsets from one pointer; rows of 4a + 1 bytes,
+3x3 x 3 channels: gather_rows_asm, each row's groups split as loaded and
+the rows' last bytes joined by PKHTB, with its own K order and stream),
+xe on its stack, no call per pair; the row's last pair past the right
+edge and the last output row below the input too, their padding bytes
+x_zp in the gather (pad_gathers); the other pairs, and every pair in C, gather from one base
 pointer when both windows are inside; where ring_plan allows (the ring
 in the arena's free run; not VWW's first layer) no gather at all: the
 input rows sign-extended once into a ring of int16 rows with the x_zp
