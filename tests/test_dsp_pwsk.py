@@ -1,5 +1,5 @@
 """The small-K pointwise kernel (cuvil_mcu/isa/dsp_pwsk.py,
-kernels/qconv2_pwsk_dsp.c.j2): random 1x1 layers with K = 4 and 8, channel
+kernels/qconv2_pwsk_dsp.c.j2): random 1x1 layers with K = 4, 8 and 16, channel
 counts that are and are not multiples of 4 (1 .. 64), odd and even pixel
 counts, per-channel and per-tensor scales, both loop orders, run on
 qemu-mps2-an386 (the assembly) and on the host with strict warnings (the
@@ -19,12 +19,13 @@ from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_pwsk
 from test_isa_dsp import build, run_host
 
-# x (NCHW), w: K in {4, 8}; M 1 .. 64 (MAX_M), not only multiples of 4; pixel counts odd and even
+# x (NCHW), w: K in {4, 8, 16}; M 1 .. 64 (MAX_M; K = 16: 32), not only multiples of 4; pixel counts odd and even
 LAYERS = [((1, 8, 5, 7), (16, 8, 1, 1)), ((1, 8, 4, 6), (13, 8, 1, 1)), ((1, 4, 3, 3), (20, 4, 1, 1)),
           ((1, 4, 2, 5), (7, 4, 1, 1)), ((1, 8, 1, 1), (64, 8, 1, 1)), ((1, 8, 3, 1), (1, 8, 1, 1)),
-          ((1, 8, 6, 6), (48, 8, 1, 1))]
-# not taken: K = 12 (too many registers), M past MAX_M, and a zero point above the clamp's low end
-OTHERS = [((1, 12, 3, 3), (8, 12, 1, 1)), ((1, 8, 2, 3), (68, 8, 1, 1)), ((1, 8, 3, 3), (16, 8, 1, 1))]
+          ((1, 8, 6, 6), (48, 8, 1, 1)), ((1, 16, 5, 5), (32, 16, 1, 1)), ((1, 16, 2, 3), (13, 16, 1, 1))]
+# not taken: K = 12 (too many registers), M past MAX_M (K = 16: MAX_M16), and a zero point above the clamp's low end
+OTHERS = [((1, 12, 3, 3), (8, 12, 1, 1)), ((1, 8, 2, 3), (68, 8, 1, 1)), ((1, 16, 2, 3), (40, 16, 1, 1)),
+          ((1, 8, 3, 3), (16, 8, 1, 1))]
 
 
 def _model():

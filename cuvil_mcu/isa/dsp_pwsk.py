@@ -44,6 +44,7 @@ from ..planner import windows
 from ..ops.qgemm import int32_array
 
 MAX_M = 64     # channels unrolled per layer (~68 B of code each for K = 8)
+MAX_M16 = 32   # the same for K = 16 (~130 B of code each, 8 B of stack for the accumulators between chunks)
 
 
 def requant(acc, mult, e, nudge) -> np.ndarray:
@@ -131,17 +132,21 @@ def doubled(table) -> list:
     return [(False, tuple(int(v) for v in r)) for r in np.asarray(table, np.int64).reshape(-1, 3)]
 
 
-def stream(wr: np.ndarray, folded: np.ndarray, rws, scale: int = 256) -> np.ndarray:
-    """int64, per channel: [scale bias] (only where the bias is not
-    folded), the K/2 words (low halfword scale w[k_a], high scale w[k_b],
-    the pairs of kpair_order), mult, n (scale 256: rows(); 2: doubled())."""
+def stream(wr: np.ndarray, folded: np.ndarray, rws, scale: int = 256, kc: int = 4) -> np.ndarray:
+    """int64, per chunk of kc K-pairs, per channel: [scale bias] (first
+    chunk, only where the bias is not folded), the chunk's words (low
+    halfword scale w[k_a], high scale w[k_b], the pairs of kpair_order),
+    mult, n (last chunk) (scale 256: rows(); 2: doubled())."""
     from .dsp_conv import kpair_order
     m, kk = wr.shape
     hw = (scale * wr[:, kpair_order(kk)]).astype(np.int16)             # [m][K/2][2] (int8 times 256 fits)
     words = np.ascontiguousarray(hw).view(np.int32)[..., 0].astype(np.int64)
     recs = []
-    for ch, (fold, (mult, _, n)) in enumerate(rws):
-        recs.append(([] if fold else [scale * int(folded[ch])]) + [int(v) for v in words[ch]] + [mult, n])
+    nch = max(1, kk // 2 // kc)
+    for h in range(nch):
+        for ch, (fold, (mult, _, n)) in enumerate(rws):
+            recs.append(([] if fold or h else [scale * int(folded[ch])]) +
+                        [int(v) for v in words[ch, kc * h:kc * h + kc]] + ([mult, n] if h == nch - 1 else []))
     return np.array([v for r in recs for v in r], np.int64)
 
 
@@ -154,7 +159,7 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
     m, c = geo.m, geo.c
     if not (kh == kw == 1 and geo.strides == (1, 1) and tuple(geo.pad_begin) == (0, 0) and (oh, ow) == (h, wd)):
         return False
-    if c not in (4, 8) or m > MAX_M or mode != "fast" or not sat or int(p.rq.lo) < int(p.rq.zp):
+    if c not in (4, 8, 16) or m > min(MAX_M, MAX_M16 if c == 16 else MAX_M) or mode != "fast" or not sat or int(p.rq.lo) < int(p.rq.zp):
         return False
     t = np.asarray(table, np.int64).reshape(m, 3)
     if t[:, 1].min() < 1 or t[:, 1].max() > 31 or t[:, 0].min() < 0:
@@ -166,7 +171,8 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
         if np.abs(folded).max(initial=0) >= 2 ** 30:
             return False
         rws = doubled(t)
-    st = stream(wr, folded, rws, 256 if scaled else 2)
+    kc = min(c // 2, 4)
+    st = stream(wr, folded, rws, 256 if scaled else 2, kc)
     es = [r[1] for _, r in rws]
     fs = [int(f) for f, _ in rws]
     npx, nb = oh * ow, geo.n
@@ -177,7 +183,8 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
     k.kernel("intrin_conv_dsp")
     name = f"k{c}_m{m}_{tag}" + ("_rev" if rev else "")
     fn = k.kernel("qconv2_pwsk_dsp", {"name": name, "nkp": c // 2, "c": c, "m": m, "es": es, "fs": fs,
-                                         "scaled": scaled, "sbytes": 4 * len(st), "rev": rev})
+                                         "scaled": scaled, "sbytes": 4 * len(st), "rev": rev,
+                                         "kc": kc, "frame": 12 + (8 * m if c // 2 > kc else 0)})
     ssym = k.const(st.reshape(-1).astype(np.int32), f"{node.name}_pwsk")
     # an odd pixel count: the last pixel's input twice and its two outputs in arena scratch
     buf = k.scratch_buf(2 * c + 2 * m, "int8_t") if npx % 2 else "(int8_t *)0"
