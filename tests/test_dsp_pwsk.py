@@ -65,6 +65,10 @@ def test_small_k_pointwise_on_qemu(rev, doubled, monkeypatch):
     assert sorted(calls) == sorted(want), (calls, want)
     if rev:
         assert len(re.findall(r"^\s*\w+__qconv2_pwsk_dsp_\w+_rev\(", c.header, re.M)) == len(LAYERS)
+    else:   # the M7 keeps K = 16 on pwblk (dsp_pwsk.NO_CHUNKS)
+        c7 = compile_model(model, board="qemu-mps2-an500")
+        calls7 = re.findall(r"^\s*\w+__qconv2_pwsk_dsp_(k\d+_m\d+)_[0-9a-f]{10}\(", c7.header, re.M)
+        assert calls7 and not [w for w in calls7 if w.startswith("k16")], calls7
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
     ref = reference.run(g, feeds)

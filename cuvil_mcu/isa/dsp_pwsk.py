@@ -1,7 +1,7 @@
 """Small-K pointwise int8 convolution on the DSP extension (qconv2_pwsk_dsp),
 tried by dsp_conv.emit before the paired-channel kernels.
 
-With K = 4 or 8 inputs per pixel the paired-channel block (qconv2_pwblk_dsp:
+With K = 4, 8 or 16 inputs per pixel the paired-channel block (qconv2_pwblk_dsp:
 2 pixels x 4 channels a pass) spends more on each pass (biases, the hi/lo
 extraction, the rows, the loop) than on its 8 MACs per output. Here the two
 pixels' K inputs stay in registers as halfword pairs (2 x K/2 registers,
@@ -20,8 +20,15 @@ bias word (256 bias, one cycle more) and dsp_conv.scaled_rows' row. A layer
 whose rows do not fit at all (E = e + 7 past 31, 256 acc past int32) runs
 doubled(): 2 bias, 2 w, SMMLAR(2 acc, mult, nudge) >> e (requant itself).
 
+K = 16 (M <= MAX_M16, not on the NO_CHUNKS cores) runs in two chunks of 8
+inputs: both pixels' first 8 inputs in the registers, every channel's
+first half (its two accumulators to the stack, 8 B a channel), then the
+last 8 and every channel's second half and requantization: 41 cycles a
+channel-pair on the M4 against pwblk's ~43 (K = 32 in four chunks would
+tie with pwblk: the stack round trips eat what the registers save).
+
 Preconditions (else the paired-channel kernels run): 1x1, stride 1, no
-padding, NHWC, C in (4, 8), M <= MAX_M (code: ~68 B a channel), the "fast"
+padding, NHWC, C in (4, 8, 16), M <= MAX_M (code: ~68 B a channel), the "fast"
 requantization (|acc| < 2^30, so 2 acc fits int32) with SSAT's clamp and
 the output zero point at the clamp's low end (then the rounding's sign fix
 changes no output: dsp_conv.requant_fast2), every e in 1..31.
@@ -45,6 +52,9 @@ from ..ops.qgemm import int32_array
 
 MAX_M = 64     # channels unrolled per layer (~68 B of code each for K = 8)
 MAX_M16 = 32   # the same for K = 16 (~130 B of code each, 8 B of stack for the accumulators between chunks)
+# cores where K = 16 stays on pwblk: the M7's dual issue pairs pwblk's loads and SMLADs
+# (VWW's 24x24 16 -> 32 layer: 333,839 there against 367,807 in two chunks, est. cycles)
+NO_CHUNKS = ("cortex-m7", "cortex-m85")
 
 
 def requant(acc, mult, e, nudge) -> np.ndarray:
@@ -158,6 +168,8 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
     (h, wd), (oh, ow), (kh, kw) = geo.hw, geo.out_hw, geo.k
     m, c = geo.m, geo.c
     if not (kh == kw == 1 and geo.strides == (1, 1) and tuple(geo.pad_begin) == (0, 0) and (oh, ow) == (h, wd)):
+        return False
+    if c == 16 and getattr(k.target, "core", None) in NO_CHUNKS:
         return False
     if c not in (4, 8, 16) or m > min(MAX_M, MAX_M16 if c == 16 else MAX_M) or mode != "fast" or not sat or int(p.rq.lo) < int(p.rq.zp):
         return False
