@@ -90,6 +90,9 @@ def _want(bot: int, top: int, fold: int, mult: int, e: int, nudge: int) -> np.nd
     return np.array(out, np.int64)
 
 
+_ROWS: dict = {}   # rows() by its arguments' bytes: the planner emits a layer many times
+
+
 def rows(wr: np.ndarray, folded: np.ndarray, table: np.ndarray):
     """Per channel (fold, [mult, E, n]) of the kernel's "scaled" rows
     (weights times 256 in the halfwords, SMMLA, SSAT asr E): fold where
@@ -101,9 +104,19 @@ def rows(wr: np.ndarray, folded: np.ndarray, table: np.ndarray):
     dsp_conv.scaled_rows' row (the same arithmetic as requant, proved in
     dsp_conv.requant_scaled). None when neither fits a channel (E past 31,
     256 acc past int32, SMMLA's sum past int32)."""
+    wr, folded = np.asarray(wr, np.int64), np.asarray(folded, np.int64)
+    t = np.asarray(table, np.int64).reshape(-1, 3)
+    key = (wr.shape, wr.tobytes(), folded.tobytes(), t.tobytes())
+    if key not in _ROWS:
+        if len(_ROWS) > 256:
+            _ROWS.clear()
+        _ROWS[key] = _rows(wr, folded, t)
+    return _ROWS[key]
+
+
+def _rows(wr, folded, t):
     from .dsp_conv import SCALED_MAX, _thresholds, scaled_rows
     from .dsp_dw import FIT_SPAN, _fit
-    t = np.asarray(table, np.int64).reshape(-1, 3)
     bots = np.minimum(127 * wr, -128 * wr).sum(axis=1)
     tops = np.maximum(127 * wr, -128 * wr).sum(axis=1)
     span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
