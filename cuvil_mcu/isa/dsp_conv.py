@@ -63,7 +63,7 @@ and the split in assembly too, one stream per block (biases, weights,
 rows), and where the sign fix is not needed 256 acc into SMMLA
 (requant_scaled).
 
-Pointwise layers with K = 4 or 8 (the "fast" requantization, no sign fix,
+Pointwise layers with K = 4, 8 or 16 (the "fast" requantization, no sign fix,
 M <= dsp_pwsk.MAX_M) run dsp_pwsk.py's kernel before any of these: the two
 pixels' inputs in registers, the channels unrolled (no per-block overhead).
 
@@ -601,7 +601,7 @@ def emit(node, x, w, outs, k, p) -> bool:
             mode, mult, second = fast
     sat = dsp._sat(p.rq)
     from . import dsp_pwsk
-    # K = 4 or 8 pointwise: the inputs in registers, the channels unrolled (dsp_pwsk.py)
+    # K = 4, 8 or 16 pointwise: the inputs in registers, the channels unrolled (dsp_pwsk.py)
     if plan is None and dsp_pwsk.emit(node, x, outs, k, p, wr, folded, mode, mult, sat):
         return True
     gextra = 8 * kh + -(-kw * c // 4) * 4 + kh * kw * c if plan else 0    # (pointers: 8 bytes on a 64-bit host)
