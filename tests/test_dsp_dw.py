@@ -57,8 +57,8 @@ LAYERS = [
 def _kernels(header: str) -> set[str]:
     """The depthwise kernels of a header, without the plane size suffix
     (_pl<words>: the arena scratch per layer) and the unrolled lines' width
-    and output strides (_u<ow>x<cout>[i<cin>][l<lines>[g<geometry>]])."""
-    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+(g\d+(_\d+)*)?)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
+    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>][g<geometry>])."""
+    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+)?(g\d+(_\d+)*)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _check(layers, seed, requant="fixed"):
