@@ -26,6 +26,20 @@ CHUNK outputs (each chunk reloads the kw - sw columns it shares with
 the next). Code: the depthwise kernels of VWW 8.3 -> 17.2 KB of .text
 (+3.1 % of its flash), MobileNetV2 9.2 -> 20.4 KB (+2.1 %), KWS 0.9 -> 2.0 KB.
 
+Stride 2, 3x3, every band full (oh % lb == 0; qdw2_dsp's "x runs", kernel
+name tag x<lb>r<rout>): per output column a run down the band's lines
+instead of lines along the row. Line l reads pair-row words l (SMLAD) and
+l + 1 (low half: its third row), and word l + 1 is line l + 1's SMLAD word,
+so each word is loaded once: 3 LDR per output, kept back to back in one
+asm (pipelined, 4 cycles; LDRD is 3 and a line needs 2 a output), ~13
+cycles per output against ~15.5. Runs unrolled whole up to XRUN_UNROLL
+outputs a band (VWW's 24 x 4 band of the tiled region), else a loop over
+the columns. The band's last pair-row, whose high row no line reads, is
+converted from its low row alone (one word, 4 SXTB16 [ror 8/16/24] per
+column). VWW est. cycles (M4): 9,193,136 -> 9,160,816 (the stride-2
+depthwise layers 2.6-3.2 -> 2.4-3.05 cycles/MAC, the tiled region's
+-20.5 k), MobileNetV2 -67 k; flash +4.4 KB (VWW), +3.4 KB (MobileNetV2).
+
 The padding cells of the planes (pair-rows of padding, lf / rf columns) are
 the same for every channel group: filled once per band. A one-band layer of
 few outputs (lines unrolled) has its conversion unrolled too, with the
