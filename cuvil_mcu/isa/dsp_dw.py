@@ -31,7 +31,7 @@ name tag x<lb>r<rout>): per output column a run down the band's lines
 instead of lines along the row. Line l reads pair-row words l (SMLAD) and
 l + 1 (low half: its third row), and word l + 1 is line l + 1's SMLAD word,
 so each word is loaded once: 3 LDR per output, kept back to back in one
-asm (pipelined, 4 cycles; LDRD is 3 and a line needs 2 a output), ~13
+asm (pipelined: 4 cycles, where a line's 2 LDRD per output take 6), ~13
 cycles per output against ~15.5. Runs unrolled whole up to XRUN_UNROLL
 outputs a band (VWW's 24 x 4 band of the tiled region), else a loop over
 the columns. The band's last pair-row, whose high row no line reads, is
