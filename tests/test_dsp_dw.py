@@ -57,8 +57,8 @@ LAYERS = [
 def _kernels(header: str) -> set[str]:
     """The depthwise kernels of a header, without the plane size suffix
     (_pl<words>: the arena scratch per layer) and the unrolled lines' width
-    and output strides (_u<ow>x<cout>[i<cin>][l<lines>[g<geometry>]])."""
-    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+(g\d+(_\d+)*)?)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
+    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>][g<geometry>])."""
+    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+)?(g\d+(_\d+)*)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _check(layers, seed, requant="fixed"):
@@ -572,3 +572,45 @@ def test_one_shift_solves_what_common_shift_cannot():
         got = np.clip((((256 * acc * m) >> 32) + n) >> big_e, -128, 127)
         assert np.unique(want).size >= 4, ch
         np.testing.assert_array_equal(got, want, err_msg=f"channel {ch}: {tab[ch]} -> {one[ch]}")
+
+
+# stride-2 3x3 layers whose bands are all full (x runs, qdw2_dsp's xrun): 4 lines a
+# band (5 pair-rows), the band's last pair-row converted from its low row alone (the
+# high row, inside the input, is read by no line); a band of 24 x 4 outputs unrolled
+# whole, one of 25 x 4 a loop over the columns; a height whose last band is short
+# (the line form, with top padding)
+XRUNS = [
+    dw(8, 16, 48, (3, 3), (2, 2), (0, 0, 1, 1)),      # 8 x 24 out: runs unrolled
+    dw(12, 16, 50, (3, 3), (2, 2), (0, 0, 1, 1)),     # 8 x 25 out: a loop over the runs
+    dw(4, 9, 40, (3, 3), (2, 2), (1, 1, 1, 1)),       # 5 lines: not every band full
+]
+
+
+@pytest.mark.skipif(not _have_cross(), reason="arm-none-eabi-gcc / qemu-system-arm not installed")
+def test_xruns_on_an386_and_host(monkeypatch):
+    """The x-run forms (unrolled, looped) and the one-row conversion, with and
+    without a fused Relu, bit-exact with the reference on the M4 (QEMU
+    mps2-an386) and on the host (plain C of the intrinsics)."""
+    from cuvil_mcu.sim import qemu
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)     # bands of 5 pair-rows: 4 lines
+    monkeypatch.setattr(dsp_dw, "KP_MAX", 0)
+    assert 24 * 4 <= dsp_dw.XRUN_UNROLL < 25 * 4
+    model, feeds = build(XRUNS, seed=43)
+    c = compile_model(model, board=BOARD)
+    relu = {n.name for n in c.graph.nodes[::2]}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    g = c.graph
+    names = set(re.findall(r"model__(qdw2_dsp\w*?)\(", c.header))
+    assert sum(bool(re.search(r"_u24x8x4r192_", k)) for k in names) == 1, names
+    assert sum(bool(re.search(r"_u25x12x4r300_", k)) for k in names) == 1, names
+    assert sum("x4r" not in k and "_u20x4" in k for k in names) == 1, names
+    assert re.search(r"for \(; pc != pe; pc \+= 10, yq \+= 12\)", c.header)    # the looped runs
+    assert "__dw_sxtb16_r24(x3)" in c.header                                    # one-row conversion
+    assert any(k.startswith("qdw2_dsp_z") for k in names) and any(k.startswith("qdw2_dsp_n") for k in names)
+    ref = reference.run(g, feeds)
+    r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, BOARD)
+    for name, o, h in zip(g.outputs, r.outputs, run_host(c, feeds)):
+        np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"an386 {name}")
+        np.testing.assert_array_equal(np.asarray(h).reshape(ref[name].shape), ref[name], err_msg=f"host {name}")
+        assert np.unique(ref[name]).size >= 4, name

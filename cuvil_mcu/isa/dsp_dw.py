@@ -26,6 +26,20 @@ CHUNK outputs (each chunk reloads the kw - sw columns it shares with
 the next). Code: the depthwise kernels of VWW 8.3 -> 17.2 KB of .text
 (+3.1 % of its flash), MobileNetV2 9.2 -> 20.4 KB (+2.1 %), KWS 0.9 -> 2.0 KB.
 
+Stride 2, 3x3, every band full (oh % lb == 0; qdw2_dsp's "x runs", kernel
+name tag x<lb>r<rout>): per output column a run down the band's lines
+instead of lines along the row. Line l reads pair-row words l (SMLAD) and
+l + 1 (low half: its third row), and word l + 1 is line l + 1's SMLAD word,
+so each word is loaded once: 3 LDR per output, kept back to back in one
+asm (pipelined: 4 cycles, where a line's 2 LDRD per output take 6), ~13
+cycles per output against ~15.5. Runs unrolled whole up to XRUN_UNROLL
+outputs a band (VWW's 24 x 4 band of the tiled region), else a loop over
+the columns. The band's last pair-row, whose high row no line reads, is
+converted from its low row alone (one word, 4 SXTB16 [ror 8/16/24] per
+column). VWW est. cycles (M4): 9,193,136 -> 9,160,816 (the stride-2
+depthwise layers 2.6-3.2 -> 2.4-3.05 cycles/MAC, the tiled region's
+-20.5 k), MobileNetV2 -67 k; flash +4.4 KB (VWW), +3.4 KB (MobileNetV2).
+
 The padding cells of the planes (pair-rows of padding, lf / rf columns) are
 the same for every channel group: filled once per band. A one-band layer of
 few outputs (lines unrolled) has its conversion unrolled too, with the
@@ -465,6 +479,23 @@ def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int) -> li
     return cols
 
 
+def xrun_macs(kh: int, kw: int, sh: int, sw: int, macs):
+    """The MACs of a stride-2 3x3 kernel run down the lines of a band at one
+    output column ("x runs", qdw2_dsp's xrun): per kernel column j, (SMLAD
+    intrinsic, weight word) of its pair-row word l (rows 2l, 2l + 1 of line
+    l) and (SMLAxB intrinsic, weight word) of the low half of pair-row word l +
+    1 (row 2l + 2), which is also line l + 1's SMLAD word; or None where the
+    kernel is not 3x3 with strides 2 x 2."""
+    if (kh, kw, sh, sw) != (3, 3, 2, 2):
+        return None
+    out = []
+    for col in macs:
+        (op0, w0, _, _), (op1, w1, dh, wh) = col
+        assert op0 == "pair" and op1 == "one" and dh == "b", col
+        out.append((("smlad", f"w{w0}"), (f"dw_smla{dh}{wh}", f"w{w1}")))
+    return out
+
+
 def _reads(kh: int, sh: int, nl: int) -> int:
     """Pair-rows a band of nl lines reads (its first row even)."""
     return max((l * sh >> 1) + (kh + (l * sh & 1) + 1) // 2 for l in range(nl))
@@ -491,6 +522,8 @@ def _band(kh: int, sh: int, kp: int, oh: int):
     return None
 
 
+XRUN = True              # stride-2 3x3 kernels run down the lines per output column where every band is full
+XRUN_UNROLL = 96          # most outputs of a band unrolled whole as x runs (else a loop over the columns)
 UNROLL_MAX = 32           # most outputs per line run as one unrolled sequence (code per line)
 LINES_MAX = 36            # most outputs per channel of a one-band layer whose lines are unrolled too
 CHUNK = 24                # longer lines: a loop over chunks of this many outputs (even), then the rest
@@ -686,15 +719,24 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                 cv.append((kk,) + tuple(None if r is None else r * cl_in[0] for r in ra))
         cv = cv if len(cv) * nc <= CV_MAX else []
     gtag = f"g{h}_{pt}_{lf}_{nc}_{cl_in[0]}" if cv else ""
-    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{gtag}_kp{kp}")
+    # stride 2, 3x3, every band of lb lines (a literal): per output column one run down the
+    # lines, each pair-row word loaded once for two lines (SMLAD of line l + 1, the third
+    # row of line l): 3 pipelined loads an output instead of 2 LDRD
+    xm = [xrun_macs(kh, kw, sh, sw, mcs) for _, mcs, _ in phases]
+    xrun = lb if XRUN and not take_one and xm[0] is not None and oh % lb == 0 else 0
+    xtag = f"x{lb}r{cl_out[0]}" if xrun else ""
+    if xrun:
+        lines = 0
+    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{xtag}{gtag}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
+                               "xrun": xrun, "xunroll": ow * xrun <= XRUN_UNROLL, "rout": cl_out[0],
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s", "scaled": srows is not None, "e": e_one,
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
-                                               g=(kh + ph + 1) // 2,
+                                               g=(kh + ph + 1) // 2, xm=xm[ph],
                                                chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
                                                rest=pass_code(kh, kw, sw, kp, ph, mcs, ow % chunk if chunk else ow)
                                                if (ow % chunk if chunk else ow) else [])
