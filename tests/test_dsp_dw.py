@@ -57,8 +57,8 @@ LAYERS = [
 def _kernels(header: str) -> set[str]:
     """The depthwise kernels of a header, without the plane size suffix
     (_pl<words>: the arena scratch per layer) and the unrolled lines' width
-    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>][g<geometry>])."""
-    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+)?(g\d+(_\d+)*)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
+    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>][g<geometry>][f<left><right>])."""
+    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+)?(g\d+(_\d+)*)?(f\d\d)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _check(layers, seed, requant="fixed"):
@@ -614,3 +614,71 @@ def test_xruns_on_an386_and_host(monkeypatch):
         np.testing.assert_array_equal(o.reshape(ref[name].shape), ref[name], err_msg=f"an386 {name}")
         np.testing.assert_array_equal(np.asarray(h).reshape(ref[name].shape), ref[name], err_msg=f"host {name}")
         assert np.unique(ref[name]).size >= 4, name
+
+
+# lines unrolled at stride 1 with one column of padding at a line's end (both ends,
+# left only, right only): those columns are not read, x_zp times their taps starts /
+# ends the end outputs' accumulators (dsp_dw.edge_sums, kernel tag f<left><right>)
+EDGES = [
+    (dw(8, 6, 6, (3, 3), pads=(1, 1, 1, 1)), "f11"),
+    (dw(8, 5, 6, (3, 3), pads=(1, 1, 1, 0)), "f10"),
+    (dw(8, 5, 6, (3, 3), pads=(1, 0, 1, 1)), "f01"),
+    (dw(12, 3, 3, (3, 3), pads=(1, 1, 1, 1)), "f11"),
+]
+
+
+def _dw_float(model, feeds, i, relu):
+    """Layer i computed independently: int64 sums over the x_zp-padded input,
+    then the float scale, round half to even, y_zp and the clamp (the
+    fixed-point multiplier may differ from it by 1 LSB, a missed padding tap
+    by many)."""
+    from onnx import numpy_helper
+    t = {n.name: numpy_helper.to_array(n) for n in model.graph.initializer}
+    node = model.graph.node[i]
+    pads = [a for a in node.attribute if a.name == "pads"][0].ints
+    x = feeds[f"x{i}"].astype(np.int64)[0]                                   # C, H, W
+    w = t[f"w{i}"].astype(np.int64)[:, 0]                                   # C, kh, kw
+    xp = np.pad(x, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=int(t[f"xz{i}"]))
+    kh, kw = w.shape[1:]
+    oh, ow = xp.shape[1] - kh + 1, xp.shape[2] - kw + 1
+    acc = t[f"b{i}"].astype(np.int64)[:, None, None] + sum(
+        w[:, a, b, None, None] * (xp[:, a:a + oh, b:b + ow] - int(t[f"xz{i}"])) for a in range(kh) for b in range(kw))
+    s = np.float64(t[f"xs{i}"]) * t[f"ws{i}"].astype(np.float64) / np.float64(t[f"ys{i}"])
+    y = np.rint(acc * s[:, None, None]) + int(t[f"yz{i}"])
+    return np.clip(y, int(t[f"yz{i}"]) if relu else -128, 127)[None]
+
+
+@pytest.mark.parametrize("where", ["host", BOARD])
+def test_edge_columns_folded(where, monkeypatch):
+    """The edge-folded kernels (with and without a fused Relu: the scaled "z"
+    and the doubled "n" requantization) equal the numpy reference bit for bit
+    on the host (strict flags) and on the M4, and an independent int64
+    convolution with the float scale within 1 LSB."""
+    if where != "host" and not _have_cross():
+        pytest.skip("arm-none-eabi-gcc / qemu-system-arm not installed")
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)     # one band: the lines unrolled
+    model, feeds = build([spec for spec, _ in EDGES], seed=43)
+    c = compile_model(model, board=BOARD)
+    relu = {"conv0", "conv2"}
+    assert relu <= {n.name for n in c.graph.nodes}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    g = c.graph
+    names = re.findall(r"model__(qdw2_dsp\w*?)\(", c.header)
+    for _, tag in EDGES:
+        assert any(re.search(rf"l\d+g[\d_]+{tag}_kp", k) for k in names), (tag, names)
+    assert any(k.startswith("qdw2_dsp_z") for k in names) and any(k.startswith("qdw2_dsp_n") for k in names), names
+    if where == "host":
+        outs = run_host(c, feeds)
+    else:
+        from cuvil_mcu.sim import qemu
+        outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
+    ref = reference.run(g, feeds)
+    for i, (name, o) in enumerate(zip(g.outputs, outs)):
+        o = np.asarray(o).reshape(ref[name].shape)
+        np.testing.assert_array_equal(o, ref[name], err_msg=name)
+        assert np.unique(o).size >= 8, name
+        ind = _dw_float(model, feeds, i, f"conv{i}" in relu)
+        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
+        d = np.abs(o.astype(np.int64) - ind)
+        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"

@@ -96,6 +96,18 @@ C from the bias fold - C and has (mult, n) solved over its whole range
 VWW 9.80 -> 9.70 M est. cycles (6x6x128 2.05 -> 1.90 cycles/MAC,
 3x3x256 3.08 -> 2.75), constants +4.4 KB, code +1.8 KB.
 
+Edge columns (edge_sums): at stride 1 with the lines unrolled (one band
+of few outputs: 6x6, 3x3) a column of padding at a line's end is read by
+that line's end output only. It is left out (no LDRD, no MACs): x_zp times
+its taps' sum (one word per channel after the records: both ends' sums as
+int16, times x_zp 256 or 2 by SMLAxB) is written per channel into that
+column's first word (never read as data then) and each line loads it from
+its own pointer: the first output's accumulator starts there, the last's
+adds it after its last MAC (a start held in a register made GCC spill).
+VWW 6x6x128 78.6 -> 76.7 k est. cycles, 83.9 -> 80.7 k with per-channel
+shifts, +4 bytes a channel; looped lines (their word at every pair-row a
+line starts on) spilled more than they saved and keep the columns.
+
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
@@ -451,20 +463,34 @@ def unpack_record(rec):
     return (r0 >> 2) & ~1, (r1 & (2 ** 30 - 1)) | 2 ** 30, (r0 & 7) + 8 * (r1 >> 30)
 
 
-def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int) -> list[dict]:
+def edge_sums(w2) -> np.ndarray:
+    """Per channel one int32 word after the records: the taps' sums of the
+    first column (low half) and of the last (high half) of w2 [kh][kw][c] in
+    the kernel's orientation, int16 (|sum| <= 7 * 128). A padding column
+    holds x_zp in every row, so a line's end output may start at the bias
+    plus x_zp times that sum (what the column's LDRD and MACs would add)."""
+    w2 = np.asarray(w2, np.int64)
+    lo, hi = w2[:, 0, :].sum(axis=0), w2[:, -1, :].sum(axis=0)
+    return ((lo & 0xFFFF) | ((hi & 0xFFFF) << 16)).astype(np.uint32).view(np.int32)
+
+
+def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int, skip=()) -> list[dict]:
     """What the template prints for np_ consecutive outputs of a line in phase ph, per
     column the pass reads (columns no output reads are left out): loads
     [(type, name, word offset from pc)] (a two-word struct = LDRD, or one
     word), MACs [(accumulator, intrinsic, data, weight word)] and done:
     the outputs whose last column this is (stored right after it, so only
     about kw / sw accumulators are live at a time and each column is loaded
-    once for every output of the pass)."""
+    once for every output of the pass). skip: columns of padding left out
+    (their taps times x_zp go into those outputs' accumulators, edge_sums)."""
     g_n = (kh + ph + 1) // 2
     data = [f"d{g - g % 2}.{'lo' if g % 2 == 0 else 'hi'}" if g < g_n - g_n % 2 else f"d{g}_" for g in range(g_n)]
+    ncol = (np_ - 1) * sw + kw
+    last = {o: max(c for c in range(o * sw, o * sw + kw) if c not in skip) for o in range(np_)}
     cols = []
-    for col in range((np_ - 1) * sw + kw):
+    for col in range(ncol):
         users = [(o, col - o * sw) for o in range(np_) if 0 <= col - o * sw < kw]
-        if not users:
+        if not users or col in skip:
             continue
         loads = [("w2", f"d{g}", col * kp + g) for g in range(0, g_n - 1, 2)]
         if g_n % 2:
@@ -474,7 +500,7 @@ def pass_code(kh: int, kw: int, sw: int, kp: int, ph: int, macs, np_: int) -> li
             for g, (op, wi, dh, wh) in enumerate(macs[j]):
                 fn = "smlad" if op == "pair" else f"dw_smla{dh}{wh}"
                 ops.append((f"a{o}", fn, data[g], f"w{wi}"))
-        done = [o for o, j in users if j == kw - 1]
+        done = [o for o, j in users if last[o] == col]
         cols.append(dict(loads=loads, macs=ops, done=done))
     return cols
 
@@ -532,6 +558,7 @@ ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always
 CV_MAX = 96               # most (pair-row, column) steps of an unrolled conversion (code size)
 KP_MAX = 16              # most pair-rows per column of the band buffer
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
+EDGES = True              # edge columns of padding folded into the end outputs' accumulators (edge_sums)
 
 
 def _one_plane(geo, out_hw, k_hw, strides, pads, c, wd, h):
@@ -727,7 +754,14 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     xtag = f"x{lb}r{cl_out[0]}" if xrun else ""
     if xrun:
         lines = 0
-    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{xtag}{gtag}_kp{kp}")
+    # stride 1, lines unrolled (one band), one column of padding at an end: that column
+    # is read by the line's end output only; x_zp times its taps (edge_sums) start / end
+    # that output's accumulator instead of its LDRD and MACs (VWW 6x6x128: 8 -> 6 LDRD a
+    # line). Not for looped lines: their edge words at every pair-row, GCC's spills
+    # cost more than it saves (VWW 24x24x32, 12x12x64: +1.4k, +1.2k est. cycles)
+    el, er = (lf == 1, rf == 1) if EDGES and sh == 1 and sw == 1 and lines and not take_one else (False, False)
+    skip = ([0] if el else []) + ([wcols - 1] if er else [])
+    name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{xtag}{gtag}{f'f{int(el)}{int(er)}' if el or er else ''}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
@@ -735,10 +769,12 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s", "scaled": srows is not None, "e": e_one,
+                               "el": el, "er": er, "wcols": wcols,
                                "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
                                                g=(kh + ph + 1) // 2, xm=xm[ph],
                                                chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
-                                               rest=pass_code(kh, kw, sw, kp, ph, mcs, ow % chunk if chunk else ow)
+                                               rest=pass_code(kh, kw, sw, kp, ph, mcs, ow % chunk if chunk else ow,
+                                                              skip)
                                                if (ow % chunk if chunk else ow) else [])
                                           for ph, (wds, mcs, ew) in enumerate(phases)],
                                "fields": FIELDS})
@@ -747,6 +783,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
     wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
     rec = record(fold, mq, e) if srows is None else record_scaled(sfold, srows)
+    if el or er:
+        rec = np.concatenate([rec, edge_sums(w2)])
     rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
     if take_one:
