@@ -26,8 +26,9 @@ LAYERS = [((1, 8, 5, 7), (48, 8, 1, 1)), ((1, 12, 3, 5), (20, 12, 1, 1)), ((1, 1
           ((1, 36, 3, 1), (4, 36, 1, 1)), ((1, 44, 1, 3), (8, 44, 1, 1)), ((1, 48, 2, 2), (4, 48, 1, 1)),
           # K past 2 NKP_UNROLL_PW, up to 2 NKP_UNROLL_PW_X: unrolled, xe in the arena (the _x kernels)
           ((1, 68, 3, 1), (8, 68, 1, 1)), ((1, 100, 1, 3), (4, 100, 1, 1)), ((1, 128, 2, 2), (8, 128, 1, 1)),
-          # past that: the K loop of PW_LOOP steps entered at (nkp - 1) % 32 = 1, 17, 31
-          ((1, 132, 3, 1), (8, 132, 1, 1)), ((1, 164, 1, 3), (4, 164, 1, 1)), ((1, 192, 1, 2), (8, 192, 1, 1)),
+          # past that: the K loop of PW_LOOP steps entered at (nkp - 1) % 32 = 1, 23, 31; the odd last
+          # pixel's loop of 8 double steps at (nkp / 2 - 1) % 8 = 0, 3, 7
+          ((1, 132, 3, 1), (8, 132, 1, 1)), ((1, 176, 1, 3), (4, 176, 1, 1)), ((1, 192, 1, 3), (8, 192, 1, 1)),
           # odd N: not the natural order (qconv2_dsp's C block loop), in the same model
           ((1, 8, 3, 5), (7, 8, 1, 1)), ((1, 24, 3, 3), (13, 24, 1, 1))]
 
