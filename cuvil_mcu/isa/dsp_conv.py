@@ -647,16 +647,16 @@ def common_shift(rows, bot, top) -> np.ndarray | None:
     return out if done.all() else None
 
 
-def _dead_at_live_shift(rows) -> np.ndarray:
+def _dead_at_shift(rows, e0=None) -> np.ndarray:
     """rows [channel][mult, E, n] with the constant channels (mult 0: output
-    sat8(floor(n / 2^E))) moved to the least E of the live ones, n 2^-d
-    (floors compose) or n 2^d (exact) while |n| < 2^30 (else left as they
-    are): dsp_dw.one_shift wants them at its shift."""
+    sat8(floor(n / 2^E))) moved to shift e0 (default: the least E of the
+    live ones), n 2^-d (floors compose) or n 2^d (exact) while |n| < 2^30
+    (else left as they are): dsp_dw.one_shift wants them at its shift."""
     t = np.array(rows, np.int64).reshape(-1, 3)
     live = t[:, 0] != 0
     if not live.any() or live.all():
         return t
-    d = t[~live, 1] - int(t[live, 1].min())
+    d = t[~live, 1] - (int(t[live, 1].min()) if e0 is None else e0)
     n = np.where(d > 0, t[~live, 2] >> np.maximum(d, 0), t[~live, 2] << np.maximum(-d, 0))
     if np.all(np.abs(n) < 2 ** 30):
         t[~live, 1] -= d
@@ -718,8 +718,14 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
         from . import dsp_dw
         wr = wpad[:m]
         f = np.asarray(folded, np.int64)
-        one = dsp_dw.one_shift(_dead_at_live_shift(srows), f + np.minimum(127 * wr, -128 * wr).sum(axis=1),
-                           f + np.maximum(127 * wr, -128 * wr).sum(axis=1))
+        bot, top = f + np.minimum(127 * wr, -128 * wr).sum(axis=1), f + np.maximum(127 * wr, -128 * wr).sum(axis=1)
+        live = srows[:, 0] != 0
+        # a shift that is a multiple of 4 first (one kernel per shift and shape: VWW's K = 128
+        # layers, least shifts 12..14, share one at 12), else the least
+        e4 = int(srows[live, 1].min()) // 4 * 4 if live.any() else 0
+        one = dsp_dw.one_shift(_dead_at_shift(srows, e4), bot, top, e4) if e4 > 0 else None
+        if one is None:
+            one = dsp_dw.one_shift(_dead_at_shift(srows), bot, top)
         srows = srows if one is None else one
     es = (srows if scaled else np.asarray(table, np.int64).reshape(m, 3))[:, 1]
     e = int(es[0]) if np.all(es == es[0]) else None
