@@ -140,3 +140,20 @@ def test_common_shift_same_outputs():
             assert bad.size == 0, (trial, c, rows[c], one[c], acc[bad[:3]], want[bad[:3]], got[bad[:3]])
     same = dsp_conv.scaled_rows(np.array([[2 ** 30, 7, 64], [2 ** 30 + 5, 7, 0]], np.int64))
     np.testing.assert_array_equal(dsp_conv.common_shift(same, [-10, -10], [10, 10]), same)
+
+
+def test_dead_at_shift_same_outputs():
+    """dsp_conv._dead_at_shift: constant channels (mult 0, output sat8(floor(n
+    / 2^E))) moved to another shift keep their output (n halved down or
+    doubled, exactly), live channels are untouched, and a move that would
+    take |n| past 2^30 leaves the rows as they were."""
+    rows = np.array([[2 ** 30 + 7, 14, -2088896], [0, 10, -65000], [0, 16, 8355776], [0, 12, 4095],
+                     [1518500250, 15, 64]], np.int64)
+    for e0 in (None, 12, 13, 16):
+        got = dsp_conv._dead_at_shift(rows, e0)
+        np.testing.assert_array_equal(got[[0, 4]], rows[[0, 4]])
+        assert set(got[1:4, 1].tolist()) == {14 if e0 is None else e0}, (e0, got)
+        for a, b in zip(rows[1:4], got[1:4]):
+            assert np.clip(a[2] >> a[1], -128, 127) == np.clip(b[2] >> b[1], -128, 127), (e0, a, b)
+    big = np.array([[2 ** 30, 20, 0], [0, 2, 2 ** 29]], np.int64)
+    np.testing.assert_array_equal(dsp_conv._dead_at_shift(big), big)
