@@ -700,7 +700,9 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     instruction less per output). An odd last pixel runs alone (the one_
     kernel), so pairs are whole: the unrolled kernels (K <= 2
     NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
-    second pixel at y0 + m (one kernel per m); past that K runs in a loop of
+    second pixel at y0 + m (one kernel per m); up to 2 NKP_UNROLL_PW_X K
+    stays unrolled with xe in the arena (read at immediate offsets, the _x
+    kernels, also per m); past that K runs in a loop of
     PW_LOOP K-pairs a turn (one end test per 32 K-pairs), entered once per
     block at the step (nkp - 1) % PW_LOOP leaves, and the scaled kernels
     with one shift store at y0 + m too (per m: no y1 to reload and store,
