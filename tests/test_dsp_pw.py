@@ -16,7 +16,7 @@ from onnx import numpy_helper
 
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
-from cuvil_mcu.isa import dsp_conv, dsp_pwsk
+from cuvil_mcu.isa import dsp_conv, dsp_dw, dsp_pwsk
 from test_isa_dsp import build
 
 # x (NCHW), w: K in {8, 12, 16, 24, 56}, M % 4 == 0 (the natural order), pixel counts odd and even
@@ -24,8 +24,11 @@ LAYERS = [((1, 8, 5, 7), (48, 8, 1, 1)), ((1, 12, 3, 5), (20, 12, 1, 1)), ((1, 1
           ((1, 24, 3, 3), (36, 24, 1, 1)), ((1, 56, 3, 1), (8, 56, 1, 1)), ((1, 16, 7, 3), (8, 16, 1, 1)),
           ((1, 8, 1, 1), (12, 8, 1, 1)),
           ((1, 36, 3, 1), (4, 36, 1, 1)), ((1, 44, 1, 3), (8, 44, 1, 1)), ((1, 48, 2, 2), (4, 48, 1, 1)),
-          # K past 2 NKP_UNROLL_PW: the K loop of PW_LOOP steps entered at (nkp - 1) % 32 = 1, 17, 31
+          # K past 2 NKP_UNROLL_PW, up to 2 NKP_UNROLL_PW_X: unrolled, xe in the arena (the _x kernels)
           ((1, 68, 3, 1), (8, 68, 1, 1)), ((1, 100, 1, 3), (4, 100, 1, 1)), ((1, 128, 2, 2), (8, 128, 1, 1)),
+          # past that: the K loop of PW_LOOP steps entered at (nkp - 1) % 32 = 1, 23, 31; the odd last
+          # pixel's loop of 8 double steps at (nkp / 2 - 1) % 8 = 0, 3, 7
+          ((1, 132, 3, 1), (8, 132, 1, 1)), ((1, 176, 1, 3), (4, 176, 1, 1)), ((1, 192, 1, 3), (8, 192, 1, 1)),
           # odd N: not the natural order (qconv2_dsp's C block loop), in the same model
           ((1, 8, 3, 5), (7, 8, 1, 1)), ((1, 24, 3, 3), (13, 24, 1, 1))]
 
@@ -61,6 +64,7 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
         monkeypatch.setattr(dsp_conv, "SCALED_MAX", 0)
     if rev:   # the scaled kernels' per-channel shifts (else made one by common_shift)
         monkeypatch.setattr(dsp_conv, "common_shift", lambda rows, bot, top: None)
+        monkeypatch.setattr(dsp_dw, "one_shift", lambda rows, bot, top, e0=None: None)
     model, feeds = _model()
     c = compile_model(model, board="qemu-mps2-an386")
     calls = re.findall(r"^\s*\w+__qconv2_dsp_(\w+)\(", c.header, re.M)
@@ -72,7 +76,8 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
     for kind in ("nc", "s" if scaled else "n"):   # one shift for all (an immediate) and per channel
         want = {True} if kind == "s" and not rev else {True, False}
         assert {"_e" in n for n in names if n.split("_")[0] == kind} == want, names
-    assert any("_k" in n for n in names) and any("_k" not in n for n in names), names
+    assert any("_k" in n for n in names) and any("_x" in n for n in names), names
+    assert any("_k" not in n and "_x" not in n for n in names), names
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
     ref = reference.run(g, feeds)
@@ -135,3 +140,20 @@ def test_common_shift_same_outputs():
             assert bad.size == 0, (trial, c, rows[c], one[c], acc[bad[:3]], want[bad[:3]], got[bad[:3]])
     same = dsp_conv.scaled_rows(np.array([[2 ** 30, 7, 64], [2 ** 30 + 5, 7, 0]], np.int64))
     np.testing.assert_array_equal(dsp_conv.common_shift(same, [-10, -10], [10, 10]), same)
+
+
+def test_dead_at_shift_same_outputs():
+    """dsp_conv._dead_at_shift: constant channels (mult 0, output sat8(floor(n
+    / 2^E))) moved to another shift keep their output (n halved down or
+    doubled, exactly), live channels are untouched, and a move that would
+    take |n| past 2^30 leaves the rows as they were."""
+    rows = np.array([[2 ** 30 + 7, 14, -2088896], [0, 10, -65000], [0, 16, 8355776], [0, 12, 4095],
+                     [1518500250, 15, 64]], np.int64)
+    for e0 in (None, 12, 13, 16):
+        got = dsp_conv._dead_at_shift(rows, e0)
+        np.testing.assert_array_equal(got[[0, 4]], rows[[0, 4]])
+        assert set(got[1:4, 1].tolist()) == {14 if e0 is None else e0}, (e0, got)
+        for a, b in zip(rows[1:4], got[1:4]):
+            assert np.clip(a[2] >> a[1], -128, 127) == np.clip(b[2] >> b[1], -128, 127), (e0, a, b)
+    big = np.array([[2 ** 30, 20, 0], [0, 2, 2 ** 29]], np.int64)
+    np.testing.assert_array_equal(dsp_conv._dead_at_shift(big), big)

@@ -101,6 +101,9 @@ GATHER_MAX = 128  # K (padded to 4) up to which C % 4 != 0 layers get the unroll
 NKP_UNROLL = 8    # K-pairs up to which the natural-order kernel unrolls K (one kernel per K: flash)
 NKP_UNROLL_PW = 32   # the same for emit_pw's kernels (K <= 64: ~56 B of code per K-pair, 256 B of xe on the stack)
 PW_LOOP = 32         # K-pairs per turn of emit_pw's K loop past that (each turn's end test ~6 cycles)
+NKP_UNROLL_PW_X = 64  # past NKP_UNROLL_PW, K-pairs up to which emit_pw unrolls K with xe in the arena (K <= 128:
+                      # ~3.6 KB of code a kernel against the loop's 1.9 KB; no entry jump, no end tests: ~17
+                      # cycles a block of 8 outputs)
 NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
@@ -828,6 +831,23 @@ def common_shift(rows, bot, top) -> np.ndarray | None:
     return out if done.all() else None
 
 
+def _dead_at_shift(rows, e0=None) -> np.ndarray:
+    """rows [channel][mult, E, n] with the constant channels (mult 0: output
+    sat8(floor(n / 2^E))) moved to shift e0 (default: the least E of the
+    live ones), n 2^-d (floors compose) or n 2^d (exact) while |n| < 2^30
+    (else left as they are): dsp_dw.one_shift wants them at its shift."""
+    t = np.array(rows, np.int64).reshape(-1, 3)
+    live = t[:, 0] != 0
+    if not live.any() or live.all():
+        return t
+    d = t[~live, 1] - (int(t[live, 1].min()) if e0 is None else e0)
+    n = np.where(d > 0, t[~live, 2] >> np.maximum(d, 0), t[~live, 2] << np.maximum(-d, 0))
+    if np.all(np.abs(n) < 2 ** 30):
+        t[~live, 1] -= d
+        t[~live, 2] = n
+    return t
+
+
 def stream(wpad, pairs, folded, m: int, table, e, scaled: bool, srows=None) -> np.ndarray:
     """int32 [block][16 + 2 nkp] of emit_pw's kernel (12 + 2 nkp with a
     common shift e: rows without it): biases of pairs A, B lo, the block's
@@ -864,7 +884,9 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     instruction less per output). An odd last pixel runs alone (the one_
     kernel), so pairs are whole: the unrolled kernels (K <= 2
     NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
-    second pixel at y0 + m (one kernel per m); past that K runs in a loop of
+    second pixel at y0 + m (one kernel per m); up to 2 NKP_UNROLL_PW_X K
+    stays unrolled with xe in the arena (read at immediate offsets, the _x
+    kernels, also per m); past that K runs in a loop of
     PW_LOOP K-pairs a turn (one end test per 32 K-pairs), entered once per
     block at the step (nkp - 1) % PW_LOOP leaves, and the scaled kernels
     with one shift store at y0 + m too (per m: no y1 to reload and store,
@@ -877,11 +899,19 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     scaled = not corr and bound < SCALED_MAX and scaled_rows(table) is not None
     srows = scaled_rows(table) if scaled else None
     if scaled:
-        # per-channel shifts made one where the outputs stay the same for every input
+        # per-channel shifts made one where the outputs stay the same for every input (common_shift,
+        # else dsp_dw's per-channel solver)
+        from . import dsp_dw
         wr = wpad[:m]
         f = np.asarray(folded, np.int64)
-        one = common_shift(srows, f + np.minimum(127 * wr, -128 * wr).sum(axis=1),
-                           f + np.maximum(127 * wr, -128 * wr).sum(axis=1))
+        bot, top = f + np.minimum(127 * wr, -128 * wr).sum(axis=1), f + np.maximum(127 * wr, -128 * wr).sum(axis=1)
+        live = srows[:, 0] != 0
+        # a shift that is a multiple of 4 first (one kernel per shift and shape: VWW's K = 128
+        # layers, least shifts 12..14, share one at 12), else the least
+        e4 = int(srows[live, 1].min()) // 4 * 4 if live.any() else 0
+        one = dsp_dw.one_shift(_dead_at_shift(srows, e4), bot, top, e4) if e4 > 0 else None
+        if one is None:
+            one = dsp_dw.one_shift(_dead_at_shift(srows), bot, top)
         srows = srows if one is None else one
     es = (srows if scaled else np.asarray(table, np.int64).reshape(m, 3))[:, 1]
     e = int(es[0]) if np.all(es == es[0]) else None
@@ -891,13 +921,16 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps),
     # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
     odd = vals["npx"] % 2 == 1
-    mi = m if (nkp or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
+    # K past the stack's xe but within NKP_UNROLL_PW_X: unrolled all the same, xe read from the arena
+    kx = vals["nkp"] if not nkp and vals["nkp"] <= NKP_UNROLL_PW_X and m + 3 <= 4095 else 0
+    mi = m if (nkp or kx or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
     loop = PW_LOOP
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_m{mi}" if mi else ""), "nkp": nkp, "corr": corr, "e": e, "scaled": scaled,
-                                           "m": mi, "loop": loop})
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else ""),
+                                           "nkp": nkp, "corr": corr, "e": e, "scaled": scaled, "m": mi, "loop": loop,
+                                           "kx": kx})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
                                         "scaled": scaled, "one": True}) if odd else ""
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
                                  "scaled": scaled, "one": one, "loop": loop})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
