@@ -202,14 +202,15 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
     fs = [int(f) for f, _ in rws]
     npx, nb = oh * ow, geo.n
     rev = k.variant() == "rev"
-    tag = hashlib.sha1(repr((c, m, es, fs, scaled)).encode()).hexdigest()[:10]
+    words = [int(w) for w in st.astype(np.int32)]   # in the kernel's code (its literal pools): the name carries them
+    tag = hashlib.sha1(repr((c, m, es, fs, scaled, words)).encode()).hexdigest()[:10]
     k.kernel("requant_fixed")     # (intrin_dsp's helpers come after it, as qconv2_dsp's)
     k.kernel("intrin_dsp")
     k.kernel("intrin_conv_dsp")
     name = f"k{c}_m{m}_{tag}" + ("_rev" if rev else "")
     fn = k.kernel("qconv2_pwsk_dsp", {"name": name, "nkp": c // 2, "c": c, "m": m, "es": es, "fs": fs,
                                          "scaled": scaled, "sbytes": 4 * len(st), "rev": rev,
-                                         "kc": kc, "frame": 12 + (8 * m if c // 2 > kc else 0)})
+                                         "kc": kc, "frame": 12 + (8 * m if c // 2 > kc else 0), "words": words})
     ssym = k.const(st.reshape(-1).astype(np.int32), f"{node.name}_pwsk")
     # an odd pixel count: the last pixel's input twice and its two outputs in arena scratch
     buf = k.scratch_buf(2 * c + 2 * m, "int8_t") if npx % 2 else "(int8_t *)0"
