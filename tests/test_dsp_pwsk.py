@@ -65,22 +65,25 @@ def test_small_k_pointwise_on_qemu(rev, doubled, monkeypatch):
     assert sorted(calls) == sorted(want), (calls, want)
     if rev:
         assert len(re.findall(r"^\s*\w+__qconv2_pwsk_dsp_\w+_rev\(", c.header, re.M)) == len(LAYERS)
-    else:   # the M7 keeps K = 16 on pwblk (dsp_pwsk.NO_CHUNKS)
+    else:   # the M7 takes every layer too (K = 16 in two chunks: dsp_pwsk.NO_CHUNKS no longer names it)
         c7 = compile_model(model, board="qemu-mps2-an500")
-        calls7 = re.findall(r"^\s*\w+__qconv2_pwsk_dsp_(k\d+_m\d+)_[0-9a-f]{10}\(", c7.header, re.M)
-        assert calls7 and not [w for w in calls7 if w.startswith("k16")], calls7
+        calls7 = re.findall(r"^\s*\w+__qconv2_pwsk_dsp_(k\d+_m\d+)_[0-9a-f]{10}(?:_rev)?\(", c7.header, re.M)
+        assert sorted(calls7) == sorted(want), (calls7, want)
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
     ref = reference.run(g, feeds)
     outs = dict(zip(g.outputs, r.outputs))
-    if not rev:   # the plain-C fallback (host, -Wall -Wextra -Werror -pedantic)
+    if not rev:   # the plain-C fallback (host, -Wall -Wextra -Werror -pedantic), and the M7
         outs_host = dict(zip(g.outputs, run_host(c, feeds)))
+        r7 = qemu.simulate(c7, {n: feeds[n] for n in c7.graph.inputs}, "qemu-mps2-an500")
+        outs_m7 = dict(zip(c7.graph.outputs, r7.outputs))
     for name in g.outputs:
         assert np.unique(ref[name]).size > 4 or ref[name].size < 16, name
         np.testing.assert_array_equal(outs[name].reshape(ref[name].shape), ref[name], err_msg=name)
         if not rev:
             np.testing.assert_array_equal(outs_host[name].reshape(ref[name].shape), ref[name],
                                           err_msg=f"host {name}")
+            np.testing.assert_array_equal(outs_m7[name].reshape(ref[name].shape), ref[name], err_msg=f"M7 {name}")
 
 
 def test_requant_matches_quant():

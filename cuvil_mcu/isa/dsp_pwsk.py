@@ -52,9 +52,9 @@ from ..ops.qgemm import int32_array
 
 MAX_M = 64     # channels unrolled per layer (~68 B of code each for K = 8)
 MAX_M16 = 32   # the same for K = 16 (~130 B of code each, 8 B of stack for the accumulators between chunks)
-# cores where K = 16 stays on pwblk: the M7's dual issue pairs pwblk's loads and SMLADs
-# (VWW's 24x24 16 -> 32 layer: 333,839 there against 367,807 in two chunks, est. cycles)
-NO_CHUNKS = ("cortex-m7", "cortex-m85")
+# cores where K = 16 stays on pwblk (the M7 no longer: with the words in literal pools VWW's
+# 24x24 16 -> 32 layer takes 276,222 est. cycles there in two chunks against pwblk's 333,839)
+NO_CHUNKS = ("cortex-m85",)
 
 
 def requant(acc, mult, e, nudge) -> np.ndarray:
