@@ -39,6 +39,19 @@ def _model():
     return model, feeds
 
 
+def _float_conv(model, feeds, i) -> np.ndarray:
+    """Layer i as an independent float 1x1 convolution (NCHW, the model's
+    own scales and zero points, round half to even, clamped to int8): the
+    kernel's fixed-point requantization may differ from it by 1 LSB."""
+    ini = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x = feeds[f"x{i}"].astype(np.float64) - float(ini[f"xz{i}"])
+    w = ini[f"w{i}"].astype(np.float64)[:, :, 0, 0]                       # [M][K]
+    scale = float(ini[f"xs{i}"]) * np.asarray(ini[f"ws{i}"], np.float64).reshape(-1) / float(ini[f"ys{i}"])
+    acc = np.einsum("mk,nkhw->nmhw", w, x) + ini[f"b{i}"].astype(np.float64)[None, :, None, None]
+    y = np.rint(acc * np.broadcast_to(scale, (w.shape[0],))[None, :, None, None]) + float(ini[f"yz{i}"])
+    return np.clip(y, -128, 127)
+
+
 @pytest.mark.parametrize("rev,doubled", [(False, False), (True, False), (False, True)])
 def test_small_k_pointwise_on_qemu(rev, doubled, monkeypatch):
     """rev: every node takes its "rev" loop order (pixel pairs from the last
@@ -65,22 +78,32 @@ def test_small_k_pointwise_on_qemu(rev, doubled, monkeypatch):
     assert sorted(calls) == sorted(want), (calls, want)
     if rev:
         assert len(re.findall(r"^\s*\w+__qconv2_pwsk_dsp_\w+_rev\(", c.header, re.M)) == len(LAYERS)
-    else:   # the M7 keeps K = 16 on pwblk (dsp_pwsk.NO_CHUNKS)
+    else:   # the M7 takes every layer too (K = 16 in two chunks: dsp_pwsk.NO_CHUNKS no longer names it)
         c7 = compile_model(model, board="qemu-mps2-an500")
-        calls7 = re.findall(r"^\s*\w+__qconv2_pwsk_dsp_(k\d+_m\d+)_[0-9a-f]{10}\(", c7.header, re.M)
-        assert calls7 and not [w for w in calls7 if w.startswith("k16")], calls7
+        calls7 = re.findall(r"^\s*\w+__qconv2_pwsk_dsp_(k\d+_m\d+)_[0-9a-f]{10}(?:_rev)?\(", c7.header, re.M)
+        assert sorted(calls7) == sorted(want), (calls7, want)
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, "qemu-mps2-an386")
     ref = reference.run(g, feeds)
     outs = dict(zip(g.outputs, r.outputs))
-    if not rev:   # the plain-C fallback (host, -Wall -Wextra -Werror -pedantic)
+    if not rev:   # the plain-C fallback (host, -Wall -Wextra -Werror -pedantic), and the M7
         outs_host = dict(zip(g.outputs, run_host(c, feeds)))
+        r7 = qemu.simulate(c7, {n: feeds[n] for n in c7.graph.inputs}, "qemu-mps2-an500")
+        outs_m7 = dict(zip(c7.graph.outputs, r7.outputs))
     for name in g.outputs:
         assert np.unique(ref[name]).size > 4 or ref[name].size < 16, name
         np.testing.assert_array_equal(outs[name].reshape(ref[name].shape), ref[name], err_msg=name)
+        # within 1 LSB of an independent float convolution (the model's outputs are NCHW)
+        i = int(name[1:])
+        if i < len(LAYERS):
+            want = _float_conv(model, feeds, i)
+            got = outs[name].reshape(want.shape).astype(np.float64)
+            d = np.abs(got - want)
+            assert d.max() <= 1, (name, int(d.max()), np.unravel_index(d.argmax(), d.shape))
         if not rev:
             np.testing.assert_array_equal(outs_host[name].reshape(ref[name].shape), ref[name],
                                           err_msg=f"host {name}")
+            np.testing.assert_array_equal(outs_m7[name].reshape(ref[name].shape), ref[name], err_msg=f"M7 {name}")
 
 
 def test_requant_matches_quant():

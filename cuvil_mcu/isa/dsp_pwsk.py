@@ -10,8 +10,14 @@ the other: per channel one stream record [K/2 words of halfwords (256
 w[k_a], 256 w[k_b]) (dsp_conv.kpair_order's pairs), mult, n], K/2 SMLAD a
 pixel (the first two SMUAD), then SMMLA(256 acc, mult, n) >> E with the
 channel's own E as SSAT's immediate (one kernel per layer), and two byte
-stores at immediate offsets (y, y + M): 23 cycles a channel and pixel pair
-on the M4 at K = 8. The bias is not in the accumulator: rows() solves for
+stores at immediate offsets (y, y + M): 22 cycles a channel and pixel pair
+on the M4 at K = 8. The stream's words are not read through a pointer: the
+kernel carries them as literal pools in its own code (PC-relative loads),
+so five registers (r1 r10 r11 r12 lr) take a channel's words, and back-to-
+back single loads cost N + 1 on the M4 whatever their base: a channel's six
+words load in two runs (4 + 2: 8 cycles) where LDMs into two free
+registers took three (9). The stream also stays a const array for the
+plain-C fallback. The bias is not in the accumulator: rows() solves for
 (mult, n) (dsp_dw._fit, multipliers near the channel's) that reach every
 output level at the same accumulator value as the "fast" requantization
 without its sign fix over the channel's whole range, checked level by
@@ -23,18 +29,18 @@ doubled(): 2 bias, 2 w, SMMLAR(2 acc, mult, nudge) >> e (requant itself).
 K = 16 (M <= MAX_M16, not on the NO_CHUNKS cores) runs in two chunks of 8
 inputs: both pixels' first 8 inputs in the registers, every channel's
 first half (its two accumulators to the stack, 8 B a channel), then the
-last 8 and every channel's second half and requantization: 41 cycles a
+last 8 and every channel's second half and requantization: 39 cycles a
 channel-pair on the M4 against pwblk's ~43 (K = 32 in four chunks would
 tie with pwblk: the stack round trips eat what the registers save).
 
 Preconditions (else the paired-channel kernels run): 1x1, stride 1, no
-padding, NHWC, C in (4, 8, 16), M <= MAX_M (code: ~68 B a channel), the "fast"
+padding, NHWC, C in (4, 8, 16), M <= MAX_M (code and words: ~104 B a channel at K = 8), the "fast"
 requantization (|acc| < 2^30, so 2 acc fits int32) with SSAT's clamp and
 the output zero point at the clamp's low end (then the rounding's sign fix
 changes no output: dsp_conv.requant_fast2), every e in 1..31.
 
-Pair loop: x on the stack (the first input load moves it on), the stream
-pointer back to its start by one subtraction, the end at y's last value.
+Pair loop: x on the stack (the first input load moves it on; loaded with
+the end in one run at the loop's end), the end at y's last value.
 
 Order: pixel pairs from the first up, an odd last pixel alone last (its
 input copied twice into arena scratch, its output copied back), or ("rev")
@@ -52,9 +58,9 @@ from ..ops.qgemm import int32_array
 
 MAX_M = 64     # channels unrolled per layer (~68 B of code each for K = 8)
 MAX_M16 = 32   # the same for K = 16 (~130 B of code each, 8 B of stack for the accumulators between chunks)
-# cores where K = 16 stays on pwblk: the M7's dual issue pairs pwblk's loads and SMLADs
-# (VWW's 24x24 16 -> 32 layer: 333,839 there against 367,807 in two chunks, est. cycles)
-NO_CHUNKS = ("cortex-m7", "cortex-m85")
+# cores where K = 16 stays on pwblk (the M7 no longer: with the words in literal pools VWW's
+# 24x24 16 -> 32 layer takes 276,222 est. cycles there in two chunks against pwblk's 333,839)
+NO_CHUNKS = ("cortex-m85",)
 
 
 def requant(acc, mult, e, nudge) -> np.ndarray:
@@ -202,14 +208,15 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
     fs = [int(f) for f, _ in rws]
     npx, nb = oh * ow, geo.n
     rev = k.variant() == "rev"
-    tag = hashlib.sha1(repr((c, m, es, fs, scaled)).encode()).hexdigest()[:10]
+    words = [int(w) for w in st.astype(np.int32)]   # in the kernel's code (its literal pools): the name carries them
+    tag = hashlib.sha1(repr((c, m, es, fs, scaled, words)).encode()).hexdigest()[:10]
     k.kernel("requant_fixed")     # (intrin_dsp's helpers come after it, as qconv2_dsp's)
     k.kernel("intrin_dsp")
     k.kernel("intrin_conv_dsp")
     name = f"k{c}_m{m}_{tag}" + ("_rev" if rev else "")
     fn = k.kernel("qconv2_pwsk_dsp", {"name": name, "nkp": c // 2, "c": c, "m": m, "es": es, "fs": fs,
                                          "scaled": scaled, "sbytes": 4 * len(st), "rev": rev,
-                                         "kc": kc, "frame": 12 + (8 * m if c // 2 > kc else 0)})
+                                         "kc": kc, "frame": 12 + (8 * m if c // 2 > kc else 0), "words": words})
     ssym = k.const(st.reshape(-1).astype(np.int32), f"{node.name}_pwsk")
     # an odd pixel count: the last pixel's input twice and its two outputs in arena scratch
     buf = k.scratch_buf(2 * c + 2 * m, "int8_t") if npx % 2 else "(int8_t *)0"
