@@ -108,6 +108,10 @@ NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: 
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
 
+# cores whose block biases load by one LDM (LDRD) rather than single LDRs run into the first K-pair's
+# loads: the M7's LDM moves 64 bits a cycle and its loads never dual-issue (the M4's run costs N + 1)
+LDM_CORES = ("cortex-m7", "cortex-m85")
+
 # Most bytes of the split activations of two pixels (arena scratch; the
 # portable kernel, 5x slower, is the alternative, so no room is asked for).
 MAX_XE = 4096
@@ -1036,11 +1040,12 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     kx = vals["nkp"] if not nkp and vals["nkp"] <= NKP_UNROLL_PW_X and m + 3 <= 4095 else 0
     mi = m if (nkp or kx or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
     loop = PW_LOOP
+    ldm = getattr(k.target, "core", None) in LDM_CORES
     blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else ""),
                                            "nkp": nkp, "corr": corr, "e": e, "scaled": scaled, "m": mi, "loop": loop,
-                                           "kx": kx, "ln": ln is not None})
+                                           "kx": kx, "ln": ln is not None, "ldm": ldm})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
-                                        "scaled": scaled, "one": True, "ln": ln is not None}) if odd else ""
+                                        "scaled": scaled, "one": True, "ln": ln is not None, "ldm": ldm}) if odd else ""
     fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
                                  "scaled": scaled, "one": one, "loop": loop, "ln": ln is not None})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows, ln).astype(np.int32), f"{node.name}_pw")
