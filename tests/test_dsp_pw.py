@@ -182,19 +182,22 @@ def _pw_float(model, feeds, i):
     return np.clip(np.rint(acc * s[:, None, None]) + int(t[f"yz{i}"]), -128, 127)[None]
 
 
+@pytest.mark.parametrize("u2", [False, True])
 @pytest.mark.parametrize("where", ["host", "qemu-mps2-an386", "qemu-mps2-an500"])
-def test_lo_nudge_kernels(where):
+def test_lo_nudge_kernels(where, u2, monkeypatch):
     """The "sl" kernels (scaled, one shift, two rows of (m, m, n) a block:
     the hi channels' T started for the lo channels' n, dsp_conv.lo_nudge)
     are taken for every layer and equal the numpy reference bit for bit on
     the host (the portable C loop, strict flags) and on the M4 (the
     assembly: unrolled K on the stack and in the arena, the K loop, the odd
-    pixel alone; on the M7 the blocks' biases by LDM, dsp_conv.LDM_CORES),
+    pixel alone; on the M7 the blocks' biases by LDM, dsp_conv.LDM_CORES;
+    u2: every layer with an even block count runs two blocks a turn, "_u"),
     and an independent int64 convolution with the float scale within 1
     LSB."""
     if where != "host" and not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
     from test_isa_dsp import run_host
+    monkeypatch.setattr(dsp_conv, "UNROLL2_PASSES", 1 if u2 else 10 ** 9)
     model, feeds = build([("conv", (xs, ws, {}), {"per_channel": True}) for xs, ws in SL_LAYERS], seed=47)
     for t in model.graph.initializer:          # the clamp's low end at the zero point: no sign fix, scaled
         if t.name.startswith("yz"):
@@ -203,6 +206,10 @@ def test_lo_nudge_kernels(where):
     names = re.findall(r"^\s*\w+__qconv2_dsp_pw_(\w+)\(", c.header, re.M)
     assert ("ldm r1!, {r6, r8, r10, r12}" in c.header) == (where == "qemu-mps2-an500"), where
     assert len(names) == len(SL_LAYERS) and all(n.startswith("sl_") for n in names), names
+    even = [ws[0] % 8 == 0 for _, ws in SL_LAYERS]
+    # (K unrolled only: not the K loop's kernel)
+    assert [n.split("_o")[0].endswith("_u") for n in names] == [u2 and ev and ("_k" in n or "_x" in n)
+                                                                for n, ev in zip(names, even)], names
     assert any("_k" in n for n in names) and any("_x" in n for n in names), names
     assert any("_k" not in n and "_x" not in n for n in names) and any(n.endswith("_o") for n in names), names
     g = c.graph

@@ -108,6 +108,8 @@ NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: 
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
 
+UNROLL2_PASSES = 512  # block passes (pixel pairs x blocks) from which emit_pw's unrolled kernels run two blocks a turn
+
 # cores whose block biases load by one LDM (LDRD) rather than single LDRs run into the first K-pair's
 # loads: the M7's LDM moves 64 bits a cycle and its loads never dual-issue (the M4's run costs N + 1)
 LDM_CORES = ("cortex-m7", "cortex-m85")
@@ -1041,12 +1043,19 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     mi = m if (nkp or kx or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
     loop = PW_LOOP
     ldm = getattr(k.target, "core", None) in LDM_CORES
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else ""),
+    # two blocks a turn of the block loop (K unrolled, scaled, one shift, an even block count): for
+    # layers with at least UNROLL2_PASSES block passes (~2 KB of code more at K = 64, ~3.6 KB at 128)
+    passes = vals["nb"] * (vals["npx"] // 2) * vals["nblk"]
+    u2 = bool((nkp or kx) and scaled and e is not None and mi and vals["nblk"] % 2 == 0
+              and (passes >= UNROLL2_PASSES or 0 < nkp <= 8))
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "")
+                                           + "_u" * u2,
                                            "nkp": nkp, "corr": corr, "e": e, "scaled": scaled, "m": mi, "loop": loop,
-                                           "kx": kx, "ln": ln is not None, "ldm": ldm})
+                                           "kx": kx, "ln": ln is not None, "ldm": ldm, "u2": u2})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
                                         "scaled": scaled, "one": True, "ln": ln is not None, "ldm": ldm}) if odd else ""
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "") + "_u" * u2
+                                 + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
                                  "scaled": scaled, "one": one, "loop": loop, "ln": ln is not None})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows, ln).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
