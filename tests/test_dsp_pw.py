@@ -188,7 +188,8 @@ def test_lo_nudge_kernels(where, u2, monkeypatch):
     """The "sl" kernels (scaled, one shift, two rows of (m, m, n) a block:
     the hi channels' T started for the lo channels' n, dsp_conv.lo_nudge)
     are taken for every layer and equal the numpy reference bit for bit on
-    the host (the portable C loop, strict flags) and on the M4 (the
+    the host (the portable C loop; every strict build: gcc and clang, C99,
+    C11, C++, -Werror -pedantic) and on the M4 (-Werror; the
     assembly: unrolled K on the stack and in the arena, the K loop, the odd
     pixel alone; on the M7 the blocks' biases by LDM, dsp_conv.LDM_CORES;
     u2: every layer with an even block count runs two blocks a turn, "_u"),
@@ -214,10 +215,12 @@ def test_lo_nudge_kernels(where, u2, monkeypatch):
     assert any("_k" not in n and "_x" not in n for n in names) and any(n.endswith("_o") for n in names), names
     g = c.graph
     if where == "host":
+        from helpers import run_strict_builds
+        run_strict_builds(c, feeds, exact=True)         # gcc / clang C99, C11, C++, -Werror -pedantic
         outs = run_host(c, feeds)
     else:
         from cuvil_mcu.sim import qemu
-        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs
+        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where, extra_cflags=["-Werror"]).outputs
     ref = reference.run(g, feeds)
     for i, (name, o) in enumerate(zip(g.outputs, outs)):
         o = np.asarray(o).reshape(ref[name].shape)

@@ -61,7 +61,10 @@ Pointwise layers with stride 1 in the natural order run emit_pw's kernel
 instead (qconv2_pwblk_dsp): the same arithmetic with the pixel-pair loop
 and the split in assembly too, one stream per block (biases, weights,
 rows), and where the sign fix is not needed 256 acc into SMMLA
-(requant_scaled).
+(requant_scaled); with one shift for every channel the hi channels made
+to use their store group's lo channel's n (lo_nudge: 6 row words a block,
+two LDM of 3), and on layers with many blocks two blocks a turn of the
+block loop (UNROLL2_PASSES).
 
 Pointwise layers with K = 4, 8 or 16 (the "fast" requantization, no sign fix,
 M <= dsp_pwsk.MAX_M) run dsp_pwsk.py's kernel before any of these: the two
