@@ -195,8 +195,8 @@ def test_on_qemu(board, monkeypatch):
     uses_qconv2(c, len(layers))
     assert kernels(c.header) == {"qconv_dsp", "qconv2_dsp"}
     for kern in ("qconv2_dsp_fasts", "qconv2_dsp_mid", "qconv2_dsp_fixed", "_g10x4", "_g3x3", "_pw(", "_nc_k2_pw",
-                 "_n_k4_pw", "_nc_k6_pw", "_n_k8_pw", "_nc_pw", "_n_pw", "_pw_nc_k2", "_pw_s_k4", "_pw_nc_k6",
-                 "_pw_s_k8", "_pw_nc", "_pw_s"):
+                 "_n_k4_pw", "_nc_k6_pw", "_n_k8_pw", "_nc_pw", "_n_pw", "_pw_nc_k2", "_pw_sl_k4", "_pw_nc_k6",
+                 "_pw_sl_k8", "_pw_nc", "_pw_s"):
         assert kern in c.header, kern
     g = c.graph
     r = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, board)

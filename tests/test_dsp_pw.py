@@ -70,7 +70,11 @@ def test_pointwise_asm_on_qemu(rev, scaled, monkeypatch):
     calls = re.findall(r"^\s*\w+__qconv2_dsp_(\w+)\(", c.header, re.M)
     assert len(calls) == len(LAYERS) and sum(n.startswith("pw_") for n in calls) == len(LAYERS) - 2, calls
     names = set(re.findall(r"__qconv2_dsp_pw_(\w+)\(", c.header))
-    assert {n.split("_")[0] for n in names} == {"s" if scaled else "n", "nc"}, names
+    # "sl": scaled with one shift and the rows of dsp_conv.lo_nudge (the hi channels on the lo ones' n)
+    kinds = {n.split("_")[0] for n in names}
+    assert kinds == ({"s", "sl", "nc"} if rev else {"sl", "nc"}) if scaled else kinds == {"n", "nc"}, names
+    assert all("_e" in n for n in names if n.startswith("sl_")), names
+    names = {"s" + n[2:] if n.startswith("sl_") else n for n in names}
     orders = re.findall(r"__qconv2_dsp_pw_\w+\(.*, ([01])\);", c.header)   # (the last argument: rev)
     assert len(orders) == len(LAYERS) - 2 and (set(orders) == {"1"} if rev else "0" in orders), orders
     for kind in ("nc", "s" if scaled else "n"):   # one shift for all (an immediate) and per channel
@@ -157,3 +161,115 @@ def test_dead_at_shift_same_outputs():
             assert np.clip(a[2] >> a[1], -128, 127) == np.clip(b[2] >> b[1], -128, 127), (e0, a, b)
     big = np.array([[2 ** 30, 20, 0], [0, 2, 2 ** 29]], np.int64)
     np.testing.assert_array_equal(dsp_conv._dead_at_shift(big), big)
+
+
+# lo_nudge's kernels ("sl"): K unrolled on the stack (K <= 64), in the arena (K <= 128), in the loop
+# (K > 128), odd pixel counts (the one_ kernel) and even ones, M 4..64
+SL_LAYERS = [((1, 32, 5, 5), (32, 32, 1, 1)), ((1, 64, 3, 4), (64, 64, 1, 1)), ((1, 128, 3, 3), (16, 128, 1, 1)),
+             ((1, 160, 1, 3), (8, 160, 1, 1)), ((1, 48, 4, 2), (4, 48, 1, 1))]
+
+
+def _pw_float(model, feeds, i):
+    """Layer i computed independently: int64 sums, the float scale, round half
+    to even, y_zp and the int8 clamp (the fixed-point multiplier may differ
+    from it by 1 LSB)."""
+    t = {n.name: numpy_helper.to_array(n) for n in model.graph.initializer}
+    x = feeds[f"x{i}"].astype(np.int64)[0] - int(t[f"xz{i}"])                      # C, H, W
+    w = t[f"w{i}"].astype(np.int64)[:, :, 0, 0]                                     # M, C
+    acc = t[f"b{i}"].astype(np.int64)[:, None, None] + np.einsum("mc,chw->mhw", w, x)
+    s = np.float64(t[f"xs{i}"]) * t[f"ws{i}"].astype(np.float64) / np.float64(t[f"ys{i}"])
+    s = s if s.ndim else np.full(w.shape[0], s)
+    return np.clip(np.rint(acc * s[:, None, None]) + int(t[f"yz{i}"]), -128, 127)[None]
+
+
+@pytest.mark.parametrize("u2", [False, True])
+@pytest.mark.parametrize("where", ["host", "qemu-mps2-an386", "qemu-mps2-an500"])
+def test_lo_nudge_kernels(where, u2, monkeypatch):
+    """The "sl" kernels (scaled, one shift, two rows of (m, m, n) a block:
+    the hi channels' T started for the lo channels' n, dsp_conv.lo_nudge)
+    are taken for every layer and equal the numpy reference bit for bit on
+    the host (the portable C loop; every strict build: gcc and clang, C99,
+    C11, C++, -Werror -pedantic) and on the M4 (-Werror; the
+    assembly: unrolled K on the stack and in the arena, the K loop, the odd
+    pixel alone; on the M7 the blocks' biases by LDM, dsp_conv.LDM_CORES;
+    u2: every layer with an even block count runs two blocks a turn, "_u"),
+    and an independent int64 convolution with the float scale within 1
+    LSB."""
+    if where != "host" and not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
+        pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
+    from test_isa_dsp import run_host
+    monkeypatch.setattr(dsp_conv, "UNROLL2_PASSES", 1 if u2 else 10 ** 9)
+    model, feeds = build([("conv", (xs, ws, {}), {"per_channel": True}) for xs, ws in SL_LAYERS], seed=47)
+    for t in model.graph.initializer:          # the clamp's low end at the zero point: no sign fix, scaled
+        if t.name.startswith("yz"):
+            t.CopyFrom(numpy_helper.from_array(np.array(-128, np.int8), t.name))
+    c = compile_model(model, board="qemu-mps2-an386" if where == "host" else where)
+    names = re.findall(r"^\s*\w+__qconv2_dsp_pw_(\w+)\(", c.header, re.M)
+    assert ("ldm r1!, {r6, r8, r10, r12}" in c.header) == (where == "qemu-mps2-an500"), where
+    assert len(names) == len(SL_LAYERS) and all(n.startswith("sl_") for n in names), names
+    even = [ws[0] % 8 == 0 for _, ws in SL_LAYERS]
+    # (K unrolled only: not the K loop's kernel)
+    assert [n.split("_o")[0].endswith("_u") for n in names] == [u2 and ev and ("_k" in n or "_x" in n)
+                                                                for n, ev in zip(names, even)], names
+    assert any("_k" in n for n in names) and any("_x" in n for n in names), names
+    assert any("_k" not in n and "_x" not in n for n in names) and any(n.endswith("_o") for n in names), names
+    g = c.graph
+    if where == "host":
+        from helpers import run_strict_builds
+        run_strict_builds(c, feeds, exact=True)         # gcc / clang C99, C11, C++, -Werror -pedantic
+        outs = run_host(c, feeds)
+    else:
+        from cuvil_mcu.sim import qemu
+        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where, extra_cflags=["-Werror"]).outputs
+    ref = reference.run(g, feeds)
+    for i, (name, o) in enumerate(zip(g.outputs, outs)):
+        o = np.asarray(o).reshape(ref[name].shape)
+        np.testing.assert_array_equal(o, ref[name], err_msg=name)
+        assert np.unique(o).size > 8, name
+        ind = _pw_float(model, feeds, i)
+        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
+        d = np.abs(o.astype(np.int64) - ind)
+        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution"
+
+
+def test_lo_nudge_same_outputs():
+    """dsp_conv.lo_nudge: with its multipliers, the hi channels' offsets g
+    and each group's n (the lo channel's), the kernel's value
+    sat8(floor(((256 acc + g) m / 2^32 + n) / 2^E)) equals the original
+    row's for every accumulator in each channel's range (all of them
+    tried), constant channels (mult 0) included; the lo channels keep their
+    rows; per-channel shifts: None. Wide ranges (every level inside) with
+    multipliers near 2^31 leave a hi channel little room: not every trial
+    fits."""
+    rng = np.random.RandomState(48)
+    old = lambda t, acc: np.clip((((256 * acc * t[0]) >> 32) + t[2]) >> t[1], -128, 127)   # noqa: E731
+    hits = 0
+    for trial in range(8):
+        m = 16
+        e = np.full(m, 5)
+        zp = np.full(m, rng.randint(-128, 20))
+        mult = rng.randint(2 ** 27, 2 ** 31, m).astype(np.int64)
+        table = np.stack([mult, e, (1 << (e - 1)) + zp * (1 << e)], axis=1)
+        rows = dsp_conv.scaled_rows(table)
+        rows[:, 2] += rng.randint(-3, 4, m) * 8            # nudges apart (as one_shift leaves them)
+        if trial % 2:                                       # constant channels: mult 0
+            rows[[3, 4], 0] = 0
+        bot = -rng.randint(1, 2 ** 16, m)
+        top = rng.randint(1, 2 ** 16, m)
+        r = dsp_conv.lo_nudge(rows, bot, top)
+        if r is None:
+            continue
+        hits += 1
+        ms, gs, ns = r
+        for c in range(m):
+            if c % 2 == 0:
+                assert (ms[c], gs[c], ns[c]) == (rows[c, 0], 0, rows[c, 2]), (trial, c)
+            assert ns[c] == rows[c // 4 * 4 + [0, 2, 2, 0][c % 4], 2], (trial, c)
+            acc = np.arange(bot[c], top[c] + 1, dtype=np.int64)
+            got = np.clip(((((256 * acc + gs[c]) * ms[c]) >> 32) + ns[c]) >> rows[c, 1], -128, 127)
+            want = old(rows[c], acc)
+            bad = np.flatnonzero(want != got)
+            assert bad.size == 0, (trial, c, rows[c], ms[c], gs[c], ns[c], acc[bad[:3]])
+    assert hits >= 3, hits      # (the others: some hi channel's outputs not reproduced: per-channel rows stay)
+    per = dsp_conv.scaled_rows(np.array([[2 ** 30, 5, 16], [2 ** 30, 6, 32], [2 ** 30, 5, 16], [2 ** 30, 5, 16]]))
+    assert dsp_conv.lo_nudge(per, [-9] * 4, [9] * 4) is None

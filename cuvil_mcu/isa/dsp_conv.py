@@ -61,7 +61,10 @@ Pointwise layers with stride 1 in the natural order run emit_pw's kernel
 instead (qconv2_pwblk_dsp): the same arithmetic with the pixel-pair loop
 and the split in assembly too, one stream per block (biases, weights,
 rows), and where the sign fix is not needed 256 acc into SMMLA
-(requant_scaled).
+(requant_scaled); with one shift for every channel the hi channels made
+to use their store group's lo channel's n (lo_nudge: 6 row words a block,
+two LDM of 3), and on layers with many blocks two blocks a turn of the
+block loop (UNROLL2_PASSES).
 
 Pointwise layers with K = 4, 8 or 16 (the "fast" requantization, no sign fix,
 M <= dsp_pwsk.MAX_M) run dsp_pwsk.py's kernel before any of these: the two
@@ -107,6 +110,12 @@ NKP_UNROLL_PW_X = 64  # past NKP_UNROLL_PW, K-pairs up to which emit_pw unrolls 
 NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
+
+UNROLL2_PASSES = 512  # block passes (pixel pairs x blocks) from which emit_pw's unrolled kernels run two blocks a turn
+
+# cores whose block biases load by one LDM (LDRD) rather than single LDRs run into the first K-pair's
+# loads: the M7's LDM moves 64 bits a cycle and its loads never dual-issue (the M4's run costs N + 1)
+LDM_CORES = ("cortex-m7", "cortex-m85")
 
 # Most bytes of the split activations of two pixels (arena scratch; the
 # portable kernel, 5x slower, is the alternative, so no room is asked for).
@@ -848,13 +857,117 @@ def _dead_at_shift(rows, e0=None) -> np.ndarray:
     return t
 
 
-def stream(wpad, pairs, folded, m: int, table, e, scaled: bool, srows=None) -> np.ndarray:
+ONE_N_SPAN = 64    # multipliers tried either side of a hi channel's own by lo_nudge
+ONE_N_WIDE = 2048  # then these (a step of m moves the thresholds by 256 T_q: more room with big T_q)
+
+
+def _offset_fit(want, bot: int, top: int, big_e: int, ms, base: int, step_of):
+    """The first (m, k) with m from ms (nearest first) such that
+    floor((256 acc m + base + k step_of(m)) / 2^(32+E)) reaches each level
+    q = -127..127 at acc want[q] over [bot, top] (want clipped to [bot,
+    top + 1]), or None. With N = base + k step the feasible N for one m are
+    an interval: N >= q 2^(32+E) - 256 T_q m where level q is reached inside
+    the range, N <= q 2^(32+E) - 256 (T_q - 1) m - 1 where it is not reached
+    at T_q - 1; k the least whose N is not below it (int64: the caller keeps
+    every term below 2^62.5: |acc| < 2^23, E <= 20, |n| < 2^27)."""
+    q = np.arange(-127, 128, dtype=np.int64) << (32 + big_e)
+    ms = np.asarray(ms, np.int64)
+    ms = ms[(ms > 0) & (ms < 2 ** 31)]
+    ge, lt = want <= top, want > bot
+    lo = (q[ge][None, :] - 256 * want[ge][None, :] * ms[:, None]).max(axis=1, initial=-2 ** 62)
+    hi = (q[lt][None, :] - 256 * (want[lt] - 1)[None, :] * ms[:, None] - 1).min(axis=1, initial=2 ** 62)
+    st = step_of(ms)
+    k = -((base - lo) // st)                       # ceil((lo - base) / step)
+    ok = np.flatnonzero(base + k * st <= hi)
+    return None if not ok.size else (int(ms[ok[0]]), int(k[ok[0]]))
+
+
+def lo_nudge(srows, bot, top):
+    """emit_pw's rows with the nudges of the lo channels only (a block's
+    rows: m of channels 4b + 1, 4b + 2, n of 4b + 2, then m of 4b + 3, 4b, n
+    of 4b: two LDM of 3 words, 8 cycles against two of 4, 10), or None. The
+    kernel's stores run in two groups of 2 channels (A hi with B lo, then B
+    hi with A lo), each with one n register: the lo channel's own, and the
+    hi channel's output made to match with that n. The hi channel's value
+    is T - S, so T may start g away from its bias (any integer: finer than
+    a step of n; a lo channel's S << 8 moves by 256 only, so its n stays):
+    per hi channel the first m within ONE_N_SPAN of its own, then
+    ONE_N_WIDE (nearest first), for which some g reproduces its outputs
+    over [bot, top] (its least acc per level, _thresholds, clipped), 256
+    acc + g inside int32 there; a constant one (mult 0, acc its bias b): m
+    2^30 and 256 b + g = 4 (n - n'), the same value before the shift. One
+    E for every channel (SSAT's immediate). Returns (mults [channel], g
+    [channel] (0 on lo channels), the n of each channel's group [channel]);
+    checked level by level against the original with Python integers
+    (_one_nudge_ok)."""
+    t = np.asarray(srows, np.int64).reshape(-1, 3)
+    mult, big_e, n = t[:, 0], t[:, 1], t[:, 2]
+    nch = len(t)
+    if nch % 4 or not np.all(big_e == big_e[0]) or big_e[0] > 20:
+        return None
+    e = int(big_e[0])
+    bot, top = np.asarray(bot, np.int64), np.asarray(top, np.int64)
+    if np.any(np.abs(bot) >= SCALED_MAX) or np.any(np.abs(top) >= SCALED_MAX) or np.any(np.abs(n) >= 2 ** 27):
+        return None
+    want = np.clip(_thresholds(mult, big_e, n), bot[:, None], top[:, None] + 1)
+    span = np.arange(-ONE_N_SPAN, ONE_N_SPAN + 1, dtype=np.int64)
+    span = span[np.argsort(np.abs(span), kind="stable")]
+    wide = np.arange(-ONE_N_WIDE, ONE_N_WIDE + 1, dtype=np.int64)
+    wide = wide[np.argsort(np.abs(wide), kind="stable")]
+    ms, gs = mult.copy(), np.zeros(nch, np.int64)
+    # the n each channel's group uses: 4b + 1 and 4b + 2 that of 4b + 2, 4b + 3 and 4b that of 4b
+    src = np.arange(nch) // 4 * 4 + np.array([0, 2, 2, 0])[np.arange(nch) % 4]
+    ns = n[src]
+    for ch in range(1, nch, 2):
+        if n[ch] == ns[ch]:
+            continue
+        if not mult[ch]:
+            # constant: acc is the bias b, v = 256 b + g = 4 (n - n') with m 2^30 gives n' + floor(v / 4) = n
+            ms[ch], gs[ch] = 2 ** 30, 4 * (int(n[ch]) - int(ns[ch])) - 256 * int(bot[ch])
+            continue
+        for sp in (span, wide):
+            r = _offset_fit(want[ch], int(bot[ch]), int(top[ch]), e, int(mult[ch]) + sp, int(ns[ch]) << 32, lambda m: m)
+            if r is not None and max(abs(256 * int(bot[ch]) + r[1]), abs(256 * int(top[ch]) + r[1])) < 2 ** 31:
+                break
+            r = None
+        if r is None:
+            return None
+        ms[ch], gs[ch] = r
+    if not _one_nudge_ok(mult, e, n, ms, ns, gs, bot, top):
+        return None
+    return ms, gs, ns
+
+
+def _one_nudge_ok(mult, e, n, ms, ns, gs, bot, top) -> bool:
+    """lo_nudge's result against the original rows, level by level, in
+    Python integers: the least acc in [bot, top + 1] reaching each level q,
+    ceil((q 2^E - n) 2^24 / mult) before (a constant channel: bot or top +
+    1 by floor(n / 2^E)), ceil((ceil((q 2^E - n) 2^32 / m) - g) / 256)
+    after."""
+    def ceil(a, b):
+        return -((-a) // b)
+
+    for ch in range(len(ms)):
+        b, t1 = int(bot[ch]), int(top[ch]) + 1
+        mo, no, mn, g, nc = int(mult[ch]), int(n[ch]), int(ms[ch]), int(gs[ch]), int(ns[ch])
+        for q in range(-127, 128):
+            old = ceil(((q << e) - no) << 24, mo) if mo > 0 else (b if (no >> e) >= q else t1)
+            new = ceil(ceil(((q << e) - nc) << 32, mn) - g, 256) if mn > 0 else (b if (nc >> e) >= q else t1)
+            if min(max(old, b), t1) != min(max(new, b), t1):
+                return False
+    return True
+
+
+def stream(wpad, pairs, folded, m: int, table, e, scaled: bool, srows=None, ln=None) -> np.ndarray:
     """int32 [block][16 + 2 nkp] of emit_pw's kernel (12 + 2 nkp with a
     common shift e: rows without it): biases of pairs A, B lo, the block's
     weight words (pack_weights), twice the biases of A, B hi, the 4 store
     rows (records_natural's order). scaled: T A, S A, T B, S B first (T
     from bias lo + 256 bias hi, modulo 2^32), no hi biases after the
-    words, the rows of scaled_rows."""
+    words, the rows of scaled_rows. ln (lo_nudge's (mults, g, n), scaled
+    with e): T A, T B start g of channels 4b + 1, 4b + 3 further, and the
+    rows are m of 4b + 1, 4b + 2, n of 4b + 2, m of 4b + 3, 4b, n of 4b
+    (10 + 2 nkp words)."""
     nblk = len(pairs) // 2
     table = np.asarray(table, np.int64)
     if scaled and srows is None:
@@ -866,8 +979,12 @@ def stream(wpad, pairs, folded, m: int, table, e, scaled: bool, srows=None) -> n
     words = pack_weights(wpad, pairs).astype(np.int64).reshape(nblk, -1)
     if scaled:
         b = np.asarray(folded, np.int64).reshape(nblk, 4)
-        t = (b[:, [0, 2]] + 256 * b[:, [1, 3]] + 2 ** 31) % 2 ** 32 - 2 ** 31     # (T wraps as SMLAD does)
+        g = np.zeros((nblk, 4), np.int64) if ln is None else np.asarray(ln[1], np.int64).reshape(nblk, 4)
+        t = (b[:, [0, 2]] + 256 * b[:, [1, 3]] + g[:, [1, 3]] + 2 ** 31) % 2 ** 32 - 2 ** 31   # (T wraps as SMLAD does)
         head = np.stack([t[:, 0], b[:, 0], t[:, 1], b[:, 2]], axis=1)
+        if ln is not None:
+            ms, ns = np.asarray(ln[0], np.int64).reshape(nblk, 4), np.asarray(ln[2], np.int64).reshape(nblk, 4)
+            rows = np.stack([ms[:, 1], ms[:, 2], ns[:, 2], ms[:, 3], ms[:, 0], ns[:, 0]], axis=1)
         return np.concatenate([head, words, rows.reshape(nblk, -1)], axis=1).reshape(-1)
     return np.concatenate([rec[:, :2], words, rec[:, 2:4], rows.reshape(nblk, -1)], axis=1).reshape(-1)
 
@@ -915,8 +1032,11 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
         srows = srows if one is None else one
     es = (srows if scaled else np.asarray(table, np.int64).reshape(m, 3))[:, 1]
     e = int(es[0]) if np.all(es == es[0]) else None
+    # scaled with one shift (two rows a LDM): the hi channels made to use the lo channels' nudges
+    # (lo_nudge: 6 row words a block, two LDM of 3)
+    ln = lo_nudge(srows, bot, top) if scaled and e is not None and m + 3 <= 4095 else None
     # (both loop orders in one kernel: the direction is an argument)
-    kind = ("s" if scaled else "nc" if corr else "n") + (f"_k{nkp}" if nkp else "") \
+    kind = ("sl" if ln is not None else "s" if scaled else "nc" if corr else "n") + (f"_k{nkp}" if nkp else "") \
         + (f"_e{e}" if e is not None else "")
     # an odd pixel count: the last pixel alone (a pair with itself cost a whole pass: 3x3 maps),
     # so every pair is whole and the unrolled kernels store the second pixel at y0 + m (immediates)
@@ -925,14 +1045,22 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     kx = vals["nkp"] if not nkp and vals["nkp"] <= NKP_UNROLL_PW_X and m + 3 <= 4095 else 0
     mi = m if (nkp or kx or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
     loop = PW_LOOP
-    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else ""),
+    ldm = getattr(k.target, "core", None) in LDM_CORES
+    # two blocks a turn of the block loop (K unrolled, scaled, one shift, an even block count): for
+    # layers with at least UNROLL2_PASSES block passes (~2 KB of code more at K = 64, ~3.6 KB at 128)
+    passes = vals["nb"] * (vals["npx"] // 2) * vals["nblk"]
+    u2 = bool((nkp or kx) and scaled and e is not None and mi and vals["nblk"] % 2 == 0
+              and (passes >= UNROLL2_PASSES or 0 < nkp <= 8))
+    blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "")
+                                           + "_u" * u2,
                                            "nkp": nkp, "corr": corr, "e": e, "scaled": scaled, "m": mi, "loop": loop,
-                                           "kx": kx})
+                                           "kx": kx, "ln": ln is not None, "ldm": ldm, "u2": u2})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
-                                        "scaled": scaled, "one": True}) if odd else ""
-    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "") + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
-                                 "scaled": scaled, "one": one, "loop": loop})
-    ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows).astype(np.int32), f"{node.name}_pw")
+                                        "scaled": scaled, "one": True, "ln": ln is not None, "ldm": ldm}) if odd else ""
+    fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "") + "_u" * u2
+                                 + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
+                                 "scaled": scaled, "one": one, "loop": loop, "ln": ln is not None})
+    ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows, ln).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
     geo = p.geo
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
