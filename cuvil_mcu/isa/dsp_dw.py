@@ -558,6 +558,7 @@ ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always
 CV_MAX = 96               # most (pair-row, column) steps of an unrolled conversion (code size)
 KP_MAX = 16              # most pair-rows per column of the band buffer
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
+BLOB = True               # lines unrolled: records, edge sums and taps one stream per channel
 EDGES = True              # edge columns of padding folded into the end outputs' accumulators (edge_sums)
 
 
@@ -761,6 +762,17 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # cost more than it saves (VWW 24x24x32, 12x12x64: +1.4k, +1.2k est. cycles)
     el, er = (lf == 1, rf == 1) if EDGES and sh == 1 and sw == 1 and lines and not take_one else (False, False)
     skip = ([0] if el else []) + ([wcols - 1] if er else [])
+    # lines unrolled (one band): a channel's record, edge sums and taps in one stream
+    # (one pointer a channel instead of three: fewer of GCC's spills)
+    blob = bool(lines) and not take_one and BLOB
+    blob_words = ((3 if srows is not None else 2) + int(el or er) + -(-(kh * kw + 3) // 4)) if blob else 0
+    # 3x3 at stride 1 in a stream: the 3 bytes after the taps hold copies of w[0][0],
+    # w[2][2], w[0][1] (bytes 9, 10, 11), so phase 1's words (w[1][2], w[2][2]) and
+    # (w[0][0], w[0][1]) are one 32-bit load at byte 8 too (no byte loads and packing)
+    pos1 = pos
+    if blob and (kh, kw, sh) == (3, 3, 1):
+        pos1 = pos.copy()
+        pos1[0, 0], pos1[2, 2], pos1[0, 1] = 9, 10, 11
     name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{xtag}{gtag}{f'f{int(el)}{int(er)}' if el or er else ''}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
@@ -769,8 +781,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s", "scaled": srows is not None, "e": e_one,
-                               "el": el, "er": er, "wcols": wcols,
-                               "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
+                               "el": el, "er": er, "wcols": wcols, "blob": blob_words,
+                               "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos1 if ph else pos)), ew=ew, i=ph,
                                                g=(kh + ph + 1) // 2, xm=xm[ph],
                                                chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
                                                rest=pass_code(kh, kw, sw, kp, ph, mcs, ow % chunk if chunk else ow,
@@ -780,12 +792,24 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                                "fields": FIELDS})
     taps = np.zeros((c, kh * kw), np.int64)
     taps[:, pos.reshape(-1)] = w2.reshape(kh * kw, c).T                  # tap (i, j) at byte pos[i][j]
-    taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
-    wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
     rec = record(fold, mq, e) if srows is None else record_scaled(sfold, srows)
-    if el or er:
-        rec = np.concatenate([rec, edge_sums(w2)])
-    rsym = k.const(rec, f"{node.name}_rq_dw2")
+    if blob:
+        # one stream per channel: record words, edge sums, taps (3 bytes past them: the loads)
+        tb = -(-(kh * kw + 3) // 4) * 4
+        tw = np.zeros((c, tb), np.int64)
+        tw[:, :kh * kw] = taps
+        for i, j in zip(*np.nonzero(pos1 != pos)):
+            tw[:, pos1[i, j]] = taps[:, pos[i, j]]
+        parts = [rec.reshape(c, -1)] + ([edge_sums(w2).reshape(c, 1)] if el or er else [])
+        parts.append(tw.astype(np.int8).view("<i4").reshape(c, tb // 4))
+        rsym = k.const(np.concatenate(parts, axis=1).astype(np.int32).reshape(-1), f"{node.name}_rq_dw2")
+        wsym = f"(const int8_t *){rsym}"
+    else:
+        taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
+        wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
+        if el or er:
+            rec = np.concatenate([rec, edge_sums(w2)])
+        rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
     if take_one:
         rows_read = np.zeros(h, bool)
