@@ -764,7 +764,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     skip = ([0] if el else []) + ([wcols - 1] if er else [])
     # lines unrolled (one band): a channel's record, edge sums and taps in one stream
     # (one pointer a channel instead of three: fewer of GCC's spills)
-    blob = bool(lines) and not take_one and BLOB
+    blob = not take_one and not xrun and BLOB
     blob_words = ((3 if srows is not None else 2) + int(el or er) + -(-(kh * kw + 3) // 4)) if blob else 0
     # 3x3 at stride 1 in a stream: the 3 bytes after the taps hold copies of w[0][0],
     # w[2][2], w[0][1] (bytes 9, 10, 11), so phase 1's words (w[1][2], w[2][2]) and
