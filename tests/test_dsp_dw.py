@@ -682,3 +682,81 @@ def test_edge_columns_folded(where, monkeypatch):
         ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
         d = np.abs(o.astype(np.int64) - ind)
         assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"
+
+
+def test_stream_taps_build_phase_one_words_by_loads():
+    """A 3x3 stride-1 channel stream (qdw2_dsp's v.blob): with the copies of
+    w[0][0], w[2][2], w[0][1] in the pad bytes, phase 1's words are all
+    32-bit loads (no byte packing) and every word of both phases holds 2 w of
+    the taps phase_words names (modelled from the stream's bytes: the loads,
+    SXTB16 [ror 8] and the doubling), taps including -128 / 127."""
+    rng = np.random.default_rng(11)
+    pos = dsp_dw.tap_layout(3, 3)
+    pos1 = pos.copy()
+    pos1[0, 0], pos1[2, 2], pos1[0, 1] = 9, 10, 11
+    w = rng.integers(-128, 128, (5, 3, 3))
+    w[0, 0, 0], w[1, 0, 1], w[2, 2, 2] = -128, 127, -128
+    taps = np.zeros((5, 9), np.int64)
+    taps[:, pos.reshape(-1)] = w.reshape(5, 9)
+    st = dsp_dw.stream_taps(taps, pos, pos1)
+    assert st.shape == (5, 12)
+    for ch in range(5):
+        ub = st[ch].astype(np.int64) & 0xFF
+        for ph, p in ((0, pos), (1, pos1)):
+            words, _, _ = dsp_dw.phase_words(3, 3, ph, pos)
+            loads, recs = dsp_dw.recipes(words, p)
+            if ph:
+                assert [r[0] for r in recs] == ["sx"] * 4 + ["e"] and loads == [2, 8], (loads, recs)
+            for (lo, hi), r in zip(words, recs):
+                if r[0] != "sx":
+                    assert r[0] == "e" and st[ch][r[1]] == w[ch][hi[1], hi[2]], (ph, r)
+                    continue
+                o, rot = loads[r[1]], r[2] // 8
+                assert o + 3 < st.shape[1]
+                b0, b2 = ub[o + rot], ub[o + rot + 2]
+                got = [int(b) - 256 if b & 0x80 else int(b) for b in (b0, b2)]
+                assert got == [int(w[ch][lo[1], lo[2]]), int(w[ch][hi[1], hi[2]])], (ch, ph, r, got)
+
+
+# channel streams (record, edge sums, taps in one array): a one-band layer with its lines
+# unrolled and both edges folded, a banded one looping over its lines (both phases), a 5x5
+STREAMS = [
+    dw(16, 6, 6, (3, 3), pads=(1, 1, 1, 1)),
+    dw(8, 20, 24, (3, 3), pads=(1, 1, 1, 1)),
+    dw(8, 9, 10, (5, 5), pads=(2, 2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("where", ["host", BOARD])
+def test_channel_streams(where, monkeypatch):
+    """The kernels reading one stream a channel (with and without a fused
+    Relu) equal the numpy reference bit for bit on the host (strict flags)
+    and on the M4, and an independent int64 convolution with the float scale
+    within 1 LSB."""
+    if where != "host" and not _have_cross():
+        pytest.skip("arm-none-eabi-gcc / qemu-system-arm not installed")
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)
+    model, feeds = build(STREAMS, seed=47)
+    c = compile_model(model, board=BOARD)
+    relu = {"conv0", "conv1"}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    g = c.graph
+    assert c.header.count("one stream a channel: record, edge sums, taps") == len(STREAMS), "a layer not on streams"
+    names = re.findall(r"model__(qdw2_dsp\w*?)\(", c.header)
+    assert any(re.search(r"_u6x16l6g[\d_]+f11_kp", k) for k in names), names
+    assert any(re.search(r"_3x3s11_u24x8_kp", k) for k in names), names
+    if where == "host":
+        outs = run_host(c, feeds)
+    else:
+        from cuvil_mcu.sim import qemu
+        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs
+    ref = reference.run(g, feeds)
+    for i, (name, o) in enumerate(zip(g.outputs, outs)):
+        o = np.asarray(o).reshape(ref[name].shape)
+        np.testing.assert_array_equal(o, ref[name], err_msg=name)
+        assert np.unique(o).size >= 8, name
+        ind = _dw_float(model, feeds, i, f"conv{i}" in relu)
+        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
+        d = np.abs(o.astype(np.int64) - ind)
+        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"

@@ -276,6 +276,23 @@ def recipes(words, pos):
     return loads, out
 
 
+def stream_taps(taps, pos, pos1) -> np.ndarray:
+    """[c][whole words] int8 of a channel stream's taps (qdw2_dsp with v.blob):
+    taps [c][kh kw] at their tap_layout bytes, zero padded to whole words
+    (at least 3 bytes past them: the kernel's 32-bit loads), and a tap
+    whose byte in pos1 differs from pos copied there too (3x3 stride 1:
+    phase 1's recipes read bytes 8..11, see emit)."""
+    taps = np.asarray(taps, np.int64)
+    c, n = taps.shape
+    tb = -(-(n + 3) // 4) * 4
+    tw = np.zeros((c, tb), np.int64)
+    tw[:, :n] = taps
+    for i, j in zip(*np.nonzero(pos1 != pos)):
+        assert pos1[i, j] >= n, "a copy may only go past the taps"
+        tw[:, pos1[i, j]] = taps[:, pos[i, j]]
+    return tw.astype(np.int8)
+
+
 def record(fold, mult, e) -> np.ndarray:
     """The 2 int32 words per channel the kernel reads (flattened): r0 =
     fold 2^3 + (e & 7) (|fold| < 2^28), r1 = mult - 2^30 + (e >> 3) 2^30
@@ -795,13 +812,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     rec = record(fold, mq, e) if srows is None else record_scaled(sfold, srows)
     if blob:
         # one stream per channel: record words, edge sums, taps (3 bytes past them: the loads)
-        tb = -(-(kh * kw + 3) // 4) * 4
-        tw = np.zeros((c, tb), np.int64)
-        tw[:, :kh * kw] = taps
-        for i, j in zip(*np.nonzero(pos1 != pos)):
-            tw[:, pos1[i, j]] = taps[:, pos[i, j]]
         parts = [rec.reshape(c, -1)] + ([edge_sums(w2).reshape(c, 1)] if el or er else [])
-        parts.append(tw.astype(np.int8).view("<i4").reshape(c, tb // 4))
+        parts.append(stream_taps(taps, pos, pos1).view("<i4"))
         rsym = k.const(np.concatenate(parts, axis=1).astype(np.int32).reshape(-1), f"{node.name}_rq_dw2")
         wsym = f"(const int8_t *){rsym}"
     else:
