@@ -648,6 +648,20 @@ def _dw_float(model, feeds, i, relu):
     return np.clip(y, int(t[f"yz{i}"]) if relu else -128, 127)[None]
 
 
+def _exact_and_near_independent(model, feeds, g, outs, relu):
+    """outs bit-exact with the numpy reference (and not nearly constant),
+    and within 1 LSB of _dw_float (layers conv<i> in relu with a Relu)."""
+    ref = reference.run(g, feeds)
+    for i, (name, o) in enumerate(zip(g.outputs, outs)):
+        o = np.asarray(o).reshape(ref[name].shape)
+        np.testing.assert_array_equal(o, ref[name], err_msg=name)
+        assert np.unique(o).size >= 8, name
+        ind = _dw_float(model, feeds, i, f"conv{i}" in relu)
+        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
+        d = np.abs(o.astype(np.int64) - ind)
+        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"
+
+
 @pytest.mark.parametrize("where", ["host", BOARD])
 def test_edge_columns_folded(where, monkeypatch):
     """The edge-folded kernels (with and without a fused Relu: the scaled "z"
@@ -673,15 +687,7 @@ def test_edge_columns_folded(where, monkeypatch):
     else:
         from cuvil_mcu.sim import qemu
         outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
-    ref = reference.run(g, feeds)
-    for i, (name, o) in enumerate(zip(g.outputs, outs)):
-        o = np.asarray(o).reshape(ref[name].shape)
-        np.testing.assert_array_equal(o, ref[name], err_msg=name)
-        assert np.unique(o).size >= 8, name
-        ind = _dw_float(model, feeds, i, f"conv{i}" in relu)
-        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
-        d = np.abs(o.astype(np.int64) - ind)
-        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"
+    _exact_and_near_independent(model, feeds, g, outs, relu)
 
 
 def test_stream_taps_build_phase_one_words_by_loads():
@@ -751,12 +757,4 @@ def test_channel_streams(where, monkeypatch):
     else:
         from cuvil_mcu.sim import qemu
         outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs
-    ref = reference.run(g, feeds)
-    for i, (name, o) in enumerate(zip(g.outputs, outs)):
-        o = np.asarray(o).reshape(ref[name].shape)
-        np.testing.assert_array_equal(o, ref[name], err_msg=name)
-        assert np.unique(o).size >= 8, name
-        ind = _dw_float(model, feeds, i, f"conv{i}" in relu)
-        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
-        d = np.abs(o.astype(np.int64) - ind)
-        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"
+    _exact_and_near_independent(model, feeds, g, outs, relu)

@@ -108,6 +108,18 @@ VWW 6x6x128 78.6 -> 76.7 k est. cycles, 83.9 -> 80.7 k with per-channel
 shifts, +4 bytes a channel; looped lines (their word at every pair-row a
 line starts on) spilled more than they saved and keep the columns.
 
+Channel streams (v.blob; every band kernel but the x runs and "_one"): a
+channel's record words, its edge-sum word and its taps (padded to whole
+words, stream_taps) are one array, one pointer per channel where GCC kept
+three (rq, the edge sums, the taps) and spilled them. 3x3 at stride 1: the
+3 pad bytes after the taps hold copies of w[0][0], w[2][2], w[0][1], so
+phase 1's words (w[1][2], w[2][2]) and (w[0][0], w[0][1]) are one 32-bit
+load at byte 8 (SXTB16 [ror 8] or the AND of the scaled kernels) instead of
+4 byte loads and 2 packs. VWW est. cycles (M4) 9,002,519 -> 8,982,066:
+6x6x128 76.7 -> 74.0 k, node 20 80.7 -> 79.5 k, 3x3x256 57.0 -> 53.0 k,
+24x24x32 298.3 -> 295.2 k; MobileNetV2 -22.4 k; +3 bytes a channel of
+flash (VWW text+rodata +2.5 KB).
+
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
