@@ -61,6 +61,17 @@ def _kernels(header: str) -> set[str]:
     return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+)?(g\d+(_\d+)*)?(f\d\d)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
+def _half_relu(specs, seed, board=BOARD):
+    """The layers compiled for board, every other node with a fused Relu
+    (the "z" kernels beside the "n" ones), and the header's qdw2_dsp kernel
+    names."""
+    model, feeds = build(specs, seed=seed)
+    c = compile_model(model, board=board)
+    relu = {n.name for n in c.graph.nodes[::2]}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    return c, feeds, set(re.findall(r"model__(qdw2_dsp\w*?)\(", c.header))
+
+
 def _check(layers, seed, requant="fixed"):
     model, feeds = build([spec for spec, _ in layers], seed=seed)
     c = compile_model(model, board=BOARD, requant=requant, verify_each=True)
@@ -236,10 +247,7 @@ def test_on_qemu(board, monkeypatch):
     else:
         monkeypatch.setattr(dsp_dw, "ONE_PLANE", "always" if board == "qemu-mps2-an386" else "never")
     layers = [LAYERS[i] for i in (0, 2, 3, 4, 5, 9, 10, 12)]
-    model, feeds = build([spec for spec, _ in layers], seed=25)
-    c = compile_model(model, board=board)
-    relu = {n.name for n in c.graph.nodes[::2]}
-    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    c, feeds, _ = _half_relu([spec for spec, _ in layers], 25, board)
     g = c.graph
     kern = _kernels(c.header)
     assert any(k.startswith("qdw2_dsp_z") for k in kern) and any(k.startswith("qdw2_dsp_n") for k in kern), kern
@@ -471,12 +479,8 @@ def test_unrolled_forms_on_an386(monkeypatch):
     monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
     monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)     # one band for the 6x6 layer
     assert dsp_dw.UNROLL_MAX < 48 and 48 % dsp_dw.CHUNK == 0 and 51 % dsp_dw.CHUNK % 2 and 36 <= dsp_dw.LINES_MAX
-    model, feeds = build(UNROLLED, seed=41)
-    c = compile_model(model, board=BOARD)
-    relu = {n.name for n in c.graph.nodes[::2]}
-    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    c, feeds, names = _half_relu(UNROLLED, 41)
     g = c.graph
-    names = set(re.findall(r"model__(qdw2_dsp\w*?)\(", c.header))
     assert any(re.search(r"_u6x16l6[g_]", k) for k in names), names           # 6x6: lines unrolled
     assert any(re.search(r"_u3x8l3[g_]", k) for k in names), names            # one phase-1 line
     assert any(re.search(r"_u11x8i16", k) for k in names), names           # transposed: literal input stride
@@ -596,12 +600,8 @@ def test_xruns_on_an386_and_host(monkeypatch):
     monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)     # bands of 5 pair-rows: 4 lines
     monkeypatch.setattr(dsp_dw, "KP_MAX", 0)
     assert 24 * 4 <= dsp_dw.XRUN_UNROLL < 25 * 4
-    model, feeds = build(XRUNS, seed=43)
-    c = compile_model(model, board=BOARD)
-    relu = {n.name for n in c.graph.nodes[::2]}
-    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    c, feeds, names = _half_relu(XRUNS, 43)
     g = c.graph
-    names = set(re.findall(r"model__(qdw2_dsp\w*?)\(", c.header))
     assert sum(bool(re.search(r"_u24x8x4r192_", k)) for k in names) == 1, names
     assert sum(bool(re.search(r"_u25x12x4r300_", k)) for k in names) == 1, names
     assert sum("x4r" not in k and "_u20x4" in k for k in names) == 1, names
