@@ -57,8 +57,8 @@ LAYERS = [
 def _kernels(header: str) -> set[str]:
     """The depthwise kernels of a header, without the plane size suffix
     (_pl<words>: the arena scratch per layer) and the unrolled lines' width
-    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>][g<geometry>][f<left><right>])."""
-    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+)?(g\d+(_\d+)*)?(f\d\d)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
+    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>[p<right><bottom>]][g<geometry>][f<left><right>])."""
+    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+(p\d\d)?)?(g\d+(_\d+)*)?(f\d\d)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _half_relu(specs, seed, board=BOARD):
@@ -636,13 +636,15 @@ def _dw_float(model, feeds, i, relu):
     t = {n.name: numpy_helper.to_array(n) for n in model.graph.initializer}
     node = model.graph.node[i]
     pads = [a for a in node.attribute if a.name == "pads"][0].ints
+    sh, sw = ([a for a in node.attribute if a.name == "strides"] or [None])[0].ints or (1, 1)
     x = feeds[f"x{i}"].astype(np.int64)[0]                                   # C, H, W
     w = t[f"w{i}"].astype(np.int64)[:, 0]                                   # C, kh, kw
     xp = np.pad(x, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=int(t[f"xz{i}"]))
     kh, kw = w.shape[1:]
-    oh, ow = xp.shape[1] - kh + 1, xp.shape[2] - kw + 1
+    oh, ow = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
     acc = t[f"b{i}"].astype(np.int64)[:, None, None] + sum(
-        w[:, a, b, None, None] * (xp[:, a:a + oh, b:b + ow] - int(t[f"xz{i}"])) for a in range(kh) for b in range(kw))
+        w[:, a, b, None, None] * (xp[:, a:a + sh * (oh - 1) + 1:sh, b:b + sw * (ow - 1) + 1:sw] - int(t[f"xz{i}"]))
+        for a in range(kh) for b in range(kw))
     s = np.float64(t[f"xs{i}"]) * t[f"ws{i}"].astype(np.float64) / np.float64(t[f"ys{i}"])
     y = np.rint(acc * s[:, None, None]) + int(t[f"yz{i}"])
     return np.clip(y, int(t[f"yz{i}"]) if relu else -128, 127)[None]
@@ -757,4 +759,49 @@ def test_channel_streams(where, monkeypatch):
     else:
         from cuvil_mcu.sim import qemu
         outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs
+    _exact_and_near_independent(model, feeds, g, outs, relu)
+
+
+# stride-2 3x3 x runs of one band with literal geometry, unrolled, one shift (VWW's 12 ->
+# 6 x64): the right padding column and the last line's third row when it is padding are
+# not read, x_zp times their taps is added per channel (kernel tag p<right><bottom>); with
+# a fused Relu (the scaled kernels with one shift, seed 47), the last two without (the
+# doubled "n" kernels: not folded)
+XFOLD = [
+    (dw(8, 6, 6, (3, 3), (2, 2), (0, 0, 1, 1)), "p11"),       # 3 x 3 out: both
+    (dw(12, 12, 12, (3, 3), (2, 2), (0, 0, 1, 1)), "p11"),    # 6 x 6 out
+    (dw(8, 6, 7, (3, 3), (2, 2), (0, 0, 1, 0)), "p01"),       # bottom row only
+    (dw(8, 7, 6, (3, 3), (2, 2), (0, 0, 0, 1)), "p10"),       # right column only
+    (dw(8, 7, 7, (3, 3), (2, 2), (0, 0, 1, 1)), ""),          # no Relu ("n"): nothing folded
+    (dw(4, 6, 6, (3, 3), (2, 2), (1, 1, 1, 1)), ""),          # top / left padding, no Relu
+]
+
+
+@pytest.mark.parametrize("where", ["host", BOARD])
+def test_xruns_padding_folded(where, monkeypatch):
+    """The x runs with the right padding column and / or the bottom padding row
+    folded (with and without a fused Relu: the scaled "z" and the doubled "n"
+    requantization) equal the numpy reference bit for bit on the host (plain
+    C of the intrinsics) and on the M4, and an independent int64 convolution
+    with the float scale within 1 LSB; the forms are the ones named."""
+    if where != "host" and not _have_cross():
+        pytest.skip("arm-none-eabi-gcc / qemu-system-arm not installed")
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    model, feeds = build([spec for spec, _ in XFOLD], seed=47)
+    c = compile_model(model, board=BOARD)
+    relu = {"conv0", "conv1", "conv2", "conv3"}
+    assert relu <= {n.name for n in c.graph.nodes}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    g = c.graph
+    calls = [k for k in re.findall(r"model__(qdw2_dsp\w*?)\(\(int8_t \*\)", c.header)]
+    assert len(calls) == len(XFOLD), calls
+    for k, (_, tag) in zip(calls, XFOLD):
+        assert re.search(rf"_3x3s22_u\d+x\d+x\d+r\d+{tag}g[\d_]+_kp", k), (tag, k)
+    assert "__DW_LD2(" in c.header and "bias2r" in c.header
+    assert any(k.startswith("qdw2_dsp_z") for k in calls) and any(k.startswith("qdw2_dsp_n") for k in calls), calls
+    if where == "host":
+        outs = run_host(c, feeds)
+    else:
+        from cuvil_mcu.sim import qemu
+        outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
     _exact_and_near_independent(model, feeds, g, outs, relu)

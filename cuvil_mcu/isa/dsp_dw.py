@@ -551,6 +551,30 @@ def xrun_macs(kh: int, kw: int, sh: int, sw: int, macs):
     return out
 
 
+def xrun_folds(rec, w2, xzp: int, scaled: bool, xr: bool, xb: bool) -> np.ndarray:
+    """Per channel the words after the records of an x-run kernel with padding
+    folded (qdw2_dsp's xseq), in the accumulator's unit u (the taps times 256
+    scaled, else 2): xr: the bias as the kernel derives it from its record
+    plus u x_zp times the taps of the last column (the right padding column's
+    MACs); xb: u x_zp times the taps of the last row (the bottom padding
+    row's); both: then that row's sum without its last tap (the corner, whose
+    last column the first word holds). int32, wrapping as the kernel's MACs
+    do. w2: [kh][kw][c] in the kernel's orientation."""
+    w2 = np.asarray(w2, np.int64)
+    r = np.asarray(rec, np.int64).reshape(-1, 3 if scaled else 2)[:, 0]
+    u = 256 if scaled else 2
+    bias2 = r & ~255 if scaled else (r >> 2) & ~1
+    cols = []
+    if xr:
+        cols.append(bias2 + u * xzp * w2[:, -1, :].sum(axis=0))
+    if xb:
+        cols.append(u * xzp * w2[-1, :, :].sum(axis=0))
+    if xr and xb:
+        cols.append(u * xzp * w2[-1, :-1, :].sum(axis=0))
+    out = np.stack(cols, axis=1).reshape(-1)
+    return ((out + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+
+
 def _reads(kh: int, sh: int, nl: int) -> int:
     """Pair-rows a band of nl lines reads (its first row even)."""
     return max((l * sh >> 1) + (kh + (l * sh & 1) + 1) // 2 for l in range(nl))
@@ -588,6 +612,7 @@ CV_MAX = 96               # most (pair-row, column) steps of an unrolled convers
 KP_MAX = 16              # most pair-rows per column of the band buffer
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
 BLOB = True               # lines unrolled: records, edge sums and taps one stream per channel
+XFOLD = True              # one-band unrolled x runs: right padding column and bottom padding row folded (xr, xb)
 EDGES = True              # edge columns of padding folded into the end outputs' accumulators (edge_sums)
 
 
@@ -784,6 +809,17 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     xtag = f"x{lb}r{cl_out[0]}" if xrun else ""
     if xrun:
         lines = 0
+    # x runs of one band with literal geometry (cv), unrolled: the right padding column
+    # (read by the last column's run only) and the last line's third row when it is
+    # padding are left out, their x_zp terms computed once per channel (xr, xb)
+    # (only with one shift for every channel, SSAT's immediate: where the shift rides in a
+    # weight word (VWW's 6 -> 3 x128) the run's registers are all taken and GCC spilled:
+    # +1.1 k est. cycles there, against -1.8 k on the 12 -> 6 x64)
+    xfold = bool(xrun and cv and ow * xrun <= XRUN_UNROLL and XFOLD and e_one)
+    xr = xfold and rf >= 1
+    xb = xfold and 2 * (lb - 1) + kh - 1 - pt >= h
+    if xr or xb:
+        xtag += f"p{int(xr)}{int(xb)}"
     # stride 1, lines unrolled (one band), one column of padding at an end: that column
     # is read by the line's end output only; x_zp times its taps (edge_sums) start / end
     # that output's accumulator instead of its LDRD and MACs (VWW 6x6x128: 8 -> 6 LDRD a
@@ -807,6 +843,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
                                "xrun": xrun, "xunroll": ow * xrun <= XRUN_UNROLL, "rout": cl_out[0],
+                               "xr": xr, "xb": xb, "xnr": 3 if srows is not None else 2,
+                               "xn": int(xr) + int(xb) + int(xr and xb),
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s", "scaled": srows is not None, "e": e_one,
@@ -833,6 +871,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
         if el or er:
             rec = np.concatenate([rec, edge_sums(w2)])
+        if xr or xb:
+            rec = np.concatenate([rec, xrun_folds(rec, w2, int(p.x_zp), srows is not None, xr, xb)])
         rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
     if take_one:
