@@ -805,3 +805,33 @@ def test_xruns_padding_folded(where, monkeypatch):
         from cuvil_mcu.sim import qemu
         outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
     _exact_and_near_independent(model, feeds, g, outs, relu)
+
+
+def test_xruns_padding_folded_builds_strict(tmp_path):
+    """The folded x runs (fused Relu layers of XFOLD) with -Werror: the plain C
+    on the host (gcc / clang as C99, C11, C++, sanitizers; bit-exact), and the
+    DSP path under arm-none-eabi-gcc (-O2, -O3, -Os) and clang for the M4
+    (C99, -pedantic -Wall -Wextra), where installed."""
+    import subprocess
+
+    from cuvil_mcu import boards
+    from helpers import run_strict_builds
+    model, feeds = build([spec for spec, _ in XFOLD], seed=47)
+    c = compile_model(model, board=BOARD)
+    relu = {"conv0", "conv1", "conv2", "conv3"}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    assert "bias2r" in c.header and "__DW_LD2(" in c.header
+    run_strict_builds(c, feeds, exact=True)
+    (tmp_path / "model.h").write_text(c.header)
+    (tmp_path / "t.c").write_text("#define MODEL_IMPLEMENTATION\n#include \"model.h\"\n"
+                                  "int use(void *a) { return model_run(a); }\n")
+    flags = list(boards.get(BOARD).cflags)
+    cmds = [["arm-none-eabi-gcc", *flags, lv] for lv in ("-O2", "-O3", "-Os")]
+    cmds.append(["clang", "--target=arm-none-eabi", *[f for f in flags if not f.startswith("-specs")],
+                 "-isystem", "/usr/lib/arm-none-eabi/include", "-O2"])
+    for cmd in cmds:
+        if shutil.which(cmd[0]) is None:
+            continue
+        r = subprocess.run([*cmd, "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-c", "t.c", "-o", "t.o"],
+                           cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 0, f"{cmd}:\n{r.stderr[-3000:]}"
