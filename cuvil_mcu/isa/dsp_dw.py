@@ -120,6 +120,21 @@ load at byte 8 (SXTB16 [ror 8] or the AND of the scaled kernels) instead of
 24x24x32 298.3 -> 295.2 k; MobileNetV2 -22.4 k; +3 bytes a channel of
 flash (VWW text+rodata +2.5 KB).
 
+Padding folded in x runs (xrun_folds; kernel tag p<right><bottom>): a one-band
+stride-2 3x3 layer with literal geometry, unrolled, one shift (SSAT's
+immediate), whose right column or last line's third row is padding (TF's
+SAME at stride 2 pads only there) does not read them: the last column's run
+loads 2 words an output (LD2) and does 4 MACs, its lines starting at the bias
+plus x_zp times that column's taps; a run's last line adds x_zp times the
+third row's taps instead of its 3 loads and 3 MACs. Those per-channel words
+(after the records, 1..3 a channel) are copied into plane words no run reads
+then (the padding column's word 0, pair-row xrun of columns 0 and 1) and
+loaded at immediate offsets from the run's pointer: held in registers (or
+loaded from rq at the use) they made GCC spill (VWW 12 -> 6 x64 +4..6 k est.
+cycles). VWW M4 est. cycles 8,982,066 -> 8,980,562 (12 -> 6 x64 50.3 -> 48.5
+k); not for kernels whose shift rides in a weight word (VWW's 6 -> 3 x128:
++1.1 k, spills); flash +0.6 KB.
+
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
