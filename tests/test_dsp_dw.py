@@ -762,7 +762,7 @@ def test_channel_streams(where, monkeypatch):
     _exact_and_near_independent(model, feeds, g, outs, relu)
 
 
-# stride-2 3x3 x runs of one band with literal geometry, unrolled, one shift (VWW's 12 ->
+# stride-2 3x3 x runs of one band, one shift (VWW's 12 ->
 # 6 x64): the right padding column and the last line's third row when it is padding are
 # not read, x_zp times their taps is added per channel (kernel tag p<right><bottom>); with
 # a fused Relu (the scaled kernels with one shift, seed 47), the last two without (the
@@ -777,16 +777,21 @@ XFOLD = [
 ]
 
 
+@pytest.mark.parametrize("looped", [False, True])
 @pytest.mark.parametrize("where", ["host", BOARD])
-def test_xruns_padding_folded(where, monkeypatch):
+def test_xruns_padding_folded(where, looped, monkeypatch):
     """The x runs with the right padding column and / or the bottom padding row
-    folded (with and without a fused Relu: the scaled "z" and the doubled "n"
-    requantization) equal the numpy reference bit for bit on the host (plain
-    C of the intrinsics) and on the M4, and an independent int64 convolution
-    with the float scale within 1 LSB; the forms are the ones named."""
+    folded, unrolled and looped over the columns (each run's row word in the
+    plane, the last column's run after the loop), with and without a fused
+    Relu (the scaled "z" and the doubled "n" requantization), equal the numpy
+    reference bit for bit on the host (plain C of the intrinsics) and on the
+    M4, and an independent int64 convolution with the float scale within 1
+    LSB; the forms are the ones named."""
     if where != "host" and not _have_cross():
         pytest.skip("arm-none-eabi-gcc / qemu-system-arm not installed")
     monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    if looped:
+        monkeypatch.setattr(dsp_dw, "XRUN_UNROLL", 0)
     model, feeds = build([spec for spec, _ in XFOLD], seed=47)
     c = compile_model(model, board=BOARD)
     relu = {"conv0", "conv1", "conv2", "conv3"}
@@ -798,6 +803,7 @@ def test_xruns_padding_folded(where, monkeypatch):
     for k, (_, tag) in zip(calls, XFOLD):
         assert re.search(rf"_3x3s22_u\d+x\d+x\d+r\d+{tag}g[\d_]+_kp", k), (tag, k)
     assert "__DW_LD2(" in c.header and "bias2r" in c.header
+    assert ("for (; pc != pe; pc += " in c.header) == looped
     assert any(k.startswith("qdw2_dsp_z") for k in calls) and any(k.startswith("qdw2_dsp_n") for k in calls), calls
     if where == "host":
         outs = run_host(c, feeds)

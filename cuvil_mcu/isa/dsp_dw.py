@@ -121,19 +121,21 @@ load at byte 8 (SXTB16 [ror 8] or the AND of the scaled kernels) instead of
 flash (VWW text+rodata +2.5 KB).
 
 Padding folded in x runs (xrun_folds; kernel tag p<right><bottom>): a one-band
-stride-2 3x3 layer with literal geometry, unrolled, one shift (SSAT's
-immediate), whose right column or last line's third row is padding (TF's
-SAME at stride 2 pads only there) does not read them: the last column's run
-loads 2 words an output (LD2) and does 4 MACs, its lines starting at the bias
-plus x_zp times that column's taps; a run's last line adds x_zp times the
-third row's taps instead of its 3 loads and 3 MACs. Those per-channel words
-(after the records, 1..3 a channel) are copied into plane words no run reads
-then (the padding column's word 0, pair-row xrun of columns 0 and 1) and
-loaded at immediate offsets from the run's pointer: held in registers (or
-loaded from rq at the use) they made GCC spill (VWW 12 -> 6 x64 +4..6 k est.
-cycles). VWW M4 est. cycles 8,982,066 -> 8,980,562 (12 -> 6 x64 50.3 -> 48.5
-k); not for kernels whose shift rides in a weight word (VWW's 6 -> 3 x128:
-+1.1 k, spills); flash +0.6 KB.
+stride-2 3x3 layer (every line in the band: the region bands of VWW's tiled
+node 2 too) with one shift (SSAT's immediate), whose right column or last
+line's third row is padding (TF's SAME at stride 2 pads only there) does not
+read them: the last column's run loads 2 words an output (LD2) and does 4
+MACs, its lines starting at the bias plus x_zp times that column's taps; a
+run's last line adds x_zp times the third row's taps instead of its 3 loads
+and 3 MACs. Those per-channel words (after the records, 1..3 a channel) are
+copied into plane words no run reads then (the padding column's word 0, and
+at pair-row xrun: columns 0 and 1 of unrolled runs, each run's first column
+of looped ones, whose last column's run follows the loop) and loaded at
+immediate offsets from the run's pointer: held in registers (or loaded from
+rq at the use) they made GCC spill (VWW 12 -> 6 x64 +4..6 k est. cycles).
+VWW M4 est. cycles 8,982,066 -> 8,971,656: 12 -> 6 x64 50.3 -> 48.5 k,
+24 -> 12 x32 99.9 -> 98.2 k, tiled node 2 674.7 -> 667.5 k; not for kernels
+whose shift rides in a weight word (VWW's 6 -> 3 x128: +1.1 k, spills).
 
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
@@ -824,13 +826,13 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     xtag = f"x{lb}r{cl_out[0]}" if xrun else ""
     if xrun:
         lines = 0
-    # x runs of one band with literal geometry (cv), unrolled: the right padding column
+    # x runs of one band (unrolled or looped over the columns): the right padding column
     # (read by the last column's run only) and the last line's third row when it is
     # padding are left out, their x_zp terms computed once per channel (xr, xb)
     # (only with one shift for every channel, SSAT's immediate: where the shift rides in a
     # weight word (VWW's 6 -> 3 x128) the run's registers are all taken and GCC spilled:
     # +1.1 k est. cycles there, against -1.8 k on the 12 -> 6 x64)
-    xfold = bool(xrun and cv and ow * xrun <= XRUN_UNROLL and XFOLD and e_one)
+    xfold = bool(xrun and lb == oh and XFOLD and e_one)
     xr = xfold and rf >= 1
     xb = xfold and 2 * (lb - 1) + kh - 1 - pt >= h
     if xr or xb:
