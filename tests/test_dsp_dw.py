@@ -813,20 +813,25 @@ def test_xruns_padding_folded(where, looped, monkeypatch):
     _exact_and_near_independent(model, feeds, g, outs, relu)
 
 
-def test_xruns_padding_folded_builds_strict(tmp_path):
-    """The folded x runs (fused Relu layers of XFOLD) with -Werror: the plain C
-    on the host (gcc / clang as C99, C11, C++, sanitizers; bit-exact), and the
-    DSP path under arm-none-eabi-gcc (-O2, -O3, -Os) and clang for the M4
-    (C99, -pedantic -Wall -Wextra), where installed."""
+@pytest.mark.parametrize("looped", [False, True])
+def test_xruns_padding_folded_builds_strict(tmp_path, looped, monkeypatch):
+    """The folded x runs (fused Relu layers of XFOLD), unrolled and looped, with
+    -Werror: the plain C on the host (gcc / clang as C99, C11, C++,
+    sanitizers; bit-exact), and the DSP path under arm-none-eabi-gcc (-O2,
+    -O3, -Os) and clang for the M4 (C99, -pedantic -Wall -Wextra), where
+    installed."""
     import subprocess
 
     from cuvil_mcu import boards
     from helpers import run_strict_builds
+    if looped:
+        monkeypatch.setattr(dsp_dw, "XRUN_UNROLL", 0)
     model, feeds = build([spec for spec, _ in XFOLD], seed=47)
     c = compile_model(model, board=BOARD)
     relu = {"conv0", "conv1", "conv2", "conv3"}
     c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
     assert "bias2r" in c.header and "__DW_LD2(" in c.header
+    assert ("for (; pc != pe; pc += " in c.header) == looped
     run_strict_builds(c, feeds, exact=True)
     (tmp_path / "model.h").write_text(c.header)
     (tmp_path / "t.c").write_text("#define MODEL_IMPLEMENTATION\n#include \"model.h\"\n"
