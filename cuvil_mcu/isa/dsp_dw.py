@@ -834,7 +834,9 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # +1.1 k est. cycles there, against -1.8 k on the 12 -> 6 x64)
     xfold = bool(xrun and lb == oh and XFOLD and e_one)
     xr = xfold and rf >= 1
-    xb = xfold and 2 * (lb - 1) + kh - 1 - pt >= h
+    # (bands of one line keep the row: folding it there leaves the third row's weight words
+    # unused, -Wunused-variable, person_detect's x1 kernels)
+    xb = xfold and lb >= 2 and 2 * (lb - 1) + kh - 1 - pt >= h
     if xr or xb:
         xtag += f"p{int(xr)}{int(xb)}"
     # stride 1, lines unrolled (one band), one column of padding at an end: that column
