@@ -57,8 +57,8 @@ LAYERS = [
 def _kernels(header: str) -> set[str]:
     """The depthwise kernels of a header, without the plane size suffix
     (_pl<words>: the arena scratch per layer) and the unrolled lines' width
-    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>][g<geometry>][f<left><right>])."""
-    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+)?(g\d+(_\d+)*)?(f\d\d)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
+    and output strides (_u<ow>x<cout>[i<cin>][l<lines> | x<lines>r<rout>[p<right><bottom>]][g<geometry>][f<left><right>])."""
+    return {re.sub(r"_u\d+x\d+(i\d+)?(l\d+|x\d+r\d+(p\d\d)?)?(g\d+(_\d+)*)?(f\d\d)?", "", re.sub(r"_pl\d+$", "", k)) for k in re.findall(r"model__(qdw\w*?)\(", header)}
 
 
 def _half_relu(specs, seed, board=BOARD):
@@ -636,16 +636,32 @@ def _dw_float(model, feeds, i, relu):
     t = {n.name: numpy_helper.to_array(n) for n in model.graph.initializer}
     node = model.graph.node[i]
     pads = [a for a in node.attribute if a.name == "pads"][0].ints
+    sh, sw = ([a for a in node.attribute if a.name == "strides"] or [None])[0].ints or (1, 1)
     x = feeds[f"x{i}"].astype(np.int64)[0]                                   # C, H, W
     w = t[f"w{i}"].astype(np.int64)[:, 0]                                   # C, kh, kw
     xp = np.pad(x, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=int(t[f"xz{i}"]))
     kh, kw = w.shape[1:]
-    oh, ow = xp.shape[1] - kh + 1, xp.shape[2] - kw + 1
+    oh, ow = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
     acc = t[f"b{i}"].astype(np.int64)[:, None, None] + sum(
-        w[:, a, b, None, None] * (xp[:, a:a + oh, b:b + ow] - int(t[f"xz{i}"])) for a in range(kh) for b in range(kw))
+        w[:, a, b, None, None] * (xp[:, a:a + sh * (oh - 1) + 1:sh, b:b + sw * (ow - 1) + 1:sw] - int(t[f"xz{i}"]))
+        for a in range(kh) for b in range(kw))
     s = np.float64(t[f"xs{i}"]) * t[f"ws{i}"].astype(np.float64) / np.float64(t[f"ys{i}"])
     y = np.rint(acc * s[:, None, None]) + int(t[f"yz{i}"])
     return np.clip(y, int(t[f"yz{i}"]) if relu else -128, 127)[None]
+
+
+def _exact_and_near_independent(model, feeds, g, outs, relu):
+    """outs bit-exact with the numpy reference (and not nearly constant),
+    and within 1 LSB of _dw_float (layers conv<i> in relu with a Relu)."""
+    ref = reference.run(g, feeds)
+    for i, (name, o) in enumerate(zip(g.outputs, outs)):
+        o = np.asarray(o).reshape(ref[name].shape)
+        np.testing.assert_array_equal(o, ref[name], err_msg=name)
+        assert np.unique(o).size >= 8, name
+        ind = _dw_float(model, feeds, i, f"conv{i}" in relu)
+        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
+        d = np.abs(o.astype(np.int64) - ind)
+        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"
 
 
 @pytest.mark.parametrize("where", ["host", BOARD])
@@ -673,12 +689,160 @@ def test_edge_columns_folded(where, monkeypatch):
     else:
         from cuvil_mcu.sim import qemu
         outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
-    ref = reference.run(g, feeds)
-    for i, (name, o) in enumerate(zip(g.outputs, outs)):
-        o = np.asarray(o).reshape(ref[name].shape)
-        np.testing.assert_array_equal(o, ref[name], err_msg=name)
-        assert np.unique(o).size >= 8, name
-        ind = _dw_float(model, feeds, i, f"conv{i}" in relu)
-        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
-        d = np.abs(o.astype(np.int64) - ind)
-        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution at {np.unravel_index(d.argmax(), d.shape)}"
+    _exact_and_near_independent(model, feeds, g, outs, relu)
+
+
+def test_stream_taps_build_phase_one_words_by_loads():
+    """A 3x3 stride-1 channel stream (qdw2_dsp's v.blob): with the copies of
+    w[0][0], w[2][2], w[0][1] in the pad bytes, phase 1's words are all
+    32-bit loads (no byte packing) and every word of both phases holds 2 w of
+    the taps phase_words names (modelled from the stream's bytes: the loads,
+    SXTB16 [ror 8] and the doubling), taps including -128 / 127."""
+    rng = np.random.default_rng(11)
+    pos = dsp_dw.tap_layout(3, 3)
+    pos1 = pos.copy()
+    pos1[0, 0], pos1[2, 2], pos1[0, 1] = 9, 10, 11
+    w = rng.integers(-128, 128, (5, 3, 3))
+    w[0, 0, 0], w[1, 0, 1], w[2, 2, 2] = -128, 127, -128
+    taps = np.zeros((5, 9), np.int64)
+    taps[:, pos.reshape(-1)] = w.reshape(5, 9)
+    st = dsp_dw.stream_taps(taps, pos, pos1)
+    assert st.shape == (5, 12)
+    for ch in range(5):
+        ub = st[ch].astype(np.int64) & 0xFF
+        for ph, p in ((0, pos), (1, pos1)):
+            words, _, _ = dsp_dw.phase_words(3, 3, ph, pos)
+            loads, recs = dsp_dw.recipes(words, p)
+            if ph:
+                assert [r[0] for r in recs] == ["sx"] * 4 + ["e"] and loads == [2, 8], (loads, recs)
+            for (lo, hi), r in zip(words, recs):
+                if r[0] != "sx":
+                    assert r[0] == "e" and st[ch][r[1]] == w[ch][hi[1], hi[2]], (ph, r)
+                    continue
+                o, rot = loads[r[1]], r[2] // 8
+                assert o + 3 < st.shape[1]
+                b0, b2 = ub[o + rot], ub[o + rot + 2]
+                got = [int(b) - 256 if b & 0x80 else int(b) for b in (b0, b2)]
+                assert got == [int(w[ch][lo[1], lo[2]]), int(w[ch][hi[1], hi[2]])], (ch, ph, r, got)
+
+
+# channel streams (record, edge sums, taps in one array): a one-band layer with its lines
+# unrolled and both edges folded, a banded one looping over its lines (both phases), a 5x5
+STREAMS = [
+    dw(16, 6, 6, (3, 3), pads=(1, 1, 1, 1)),
+    dw(8, 20, 24, (3, 3), pads=(1, 1, 1, 1)),
+    dw(8, 9, 10, (5, 5), pads=(2, 2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("where", ["host", BOARD])
+def test_channel_streams(where, monkeypatch):
+    """The kernels reading one stream a channel (with and without a fused
+    Relu) equal the numpy reference bit for bit on the host (strict flags)
+    and on the M4, and an independent int64 convolution with the float scale
+    within 1 LSB."""
+    if where != "host" and not _have_cross():
+        pytest.skip("arm-none-eabi-gcc / qemu-system-arm not installed")
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    monkeypatch.setattr(dsp_dw, "KPS_INPLACE", dsp_dw.KPS)
+    model, feeds = build(STREAMS, seed=47)
+    c = compile_model(model, board=BOARD)
+    relu = {"conv0", "conv1"}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    g = c.graph
+    assert c.header.count("one stream a channel: record, edge sums, taps") == len(STREAMS), "a layer not on streams"
+    names = re.findall(r"model__(qdw2_dsp\w*?)\(", c.header)
+    assert any(re.search(r"_u6x16l6g[\d_]+f11_kp", k) for k in names), names
+    assert any(re.search(r"_3x3s11_u24x8_kp", k) for k in names), names
+    if where == "host":
+        outs = run_host(c, feeds)
+    else:
+        from cuvil_mcu.sim import qemu
+        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs
+    _exact_and_near_independent(model, feeds, g, outs, relu)
+
+
+# stride-2 3x3 x runs of one band, one shift (VWW's 12 ->
+# 6 x64): the right padding column and the last line's third row when it is padding are
+# not read, x_zp times their taps is added per channel (kernel tag p<right><bottom>); with
+# a fused Relu (the scaled kernels with one shift, seed 47), the last two without (the
+# doubled "n" kernels: not folded)
+XFOLD = [
+    (dw(8, 6, 6, (3, 3), (2, 2), (0, 0, 1, 1)), "p11"),       # 3 x 3 out: both
+    (dw(12, 12, 12, (3, 3), (2, 2), (0, 0, 1, 1)), "p11"),    # 6 x 6 out
+    (dw(8, 6, 7, (3, 3), (2, 2), (0, 0, 1, 0)), "p01"),       # bottom row only
+    (dw(8, 7, 6, (3, 3), (2, 2), (0, 0, 0, 1)), "p10"),       # right column only
+    (dw(8, 7, 7, (3, 3), (2, 2), (0, 0, 1, 1)), ""),          # no Relu ("n"): nothing folded
+    (dw(4, 6, 6, (3, 3), (2, 2), (1, 1, 1, 1)), ""),          # top / left padding, no Relu
+]
+
+
+@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("where", ["host", BOARD])
+def test_xruns_padding_folded(where, looped, monkeypatch):
+    """The x runs with the right padding column and / or the bottom padding row
+    folded, unrolled and looped over the columns (each run's row word in the
+    plane, the last column's run after the loop), with and without a fused
+    Relu (the scaled "z" and the doubled "n" requantization), equal the numpy
+    reference bit for bit on the host (plain C of the intrinsics) and on the
+    M4, and an independent int64 convolution with the float scale within 1
+    LSB; the forms are the ones named."""
+    if where != "host" and not _have_cross():
+        pytest.skip("arm-none-eabi-gcc / qemu-system-arm not installed")
+    monkeypatch.setattr(dsp_dw, "ONE_PLANE", "never")
+    if looped:
+        monkeypatch.setattr(dsp_dw, "XRUN_UNROLL", 0)
+    model, feeds = build([spec for spec, _ in XFOLD], seed=47)
+    c = compile_model(model, board=BOARD)
+    relu = {"conv0", "conv1", "conv2", "conv3"}
+    assert relu <= {n.name for n in c.graph.nodes}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    g = c.graph
+    calls = [k for k in re.findall(r"model__(qdw2_dsp\w*?)\(\(int8_t \*\)", c.header)]
+    assert len(calls) == len(XFOLD), calls
+    for k, (_, tag) in zip(calls, XFOLD):
+        assert re.search(rf"_3x3s22_u\d+x\d+x\d+r\d+{tag}g[\d_]+_kp", k), (tag, k)
+    assert "__DW_LD2(" in c.header and "bias2r" in c.header
+    assert ("for (; pc != pe; pc += " in c.header) == looped
+    assert any(k.startswith("qdw2_dsp_z") for k in calls) and any(k.startswith("qdw2_dsp_n") for k in calls), calls
+    if where == "host":
+        outs = run_host(c, feeds)
+    else:
+        from cuvil_mcu.sim import qemu
+        outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
+    _exact_and_near_independent(model, feeds, g, outs, relu)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_xruns_padding_folded_builds_strict(tmp_path, looped, monkeypatch):
+    """The folded x runs (fused Relu layers of XFOLD), unrolled and looped, with
+    -Werror: the plain C on the host (gcc / clang as C99, C11, C++,
+    sanitizers; bit-exact), and the DSP path under arm-none-eabi-gcc (-O2,
+    -O3, -Os) and clang for the M4 (C99, -pedantic -Wall -Wextra), where
+    installed."""
+    import subprocess
+
+    from cuvil_mcu import boards
+    from helpers import run_strict_builds
+    if looped:
+        monkeypatch.setattr(dsp_dw, "XRUN_UNROLL", 0)
+    model, feeds = build([spec for spec, _ in XFOLD], seed=47)
+    c = compile_model(model, board=BOARD)
+    relu = {"conv0", "conv1", "conv2", "conv3"}
+    c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
+    assert "bias2r" in c.header and "__DW_LD2(" in c.header
+    assert ("for (; pc != pe; pc += " in c.header) == looped
+    run_strict_builds(c, feeds, exact=True)
+    (tmp_path / "model.h").write_text(c.header)
+    (tmp_path / "t.c").write_text("#define MODEL_IMPLEMENTATION\n#include \"model.h\"\n"
+                                  "int use(void *a) { return model_run(a); }\n")
+    flags = list(boards.get(BOARD).cflags)
+    cmds = [["arm-none-eabi-gcc", *flags, lv] for lv in ("-O2", "-O3", "-Os")]
+    cmds.append(["clang", "--target=arm-none-eabi", *[f for f in flags if not f.startswith("-specs")],
+                 "-isystem", "/usr/lib/arm-none-eabi/include", "-O2"])
+    for cmd in cmds:
+        if shutil.which(cmd[0]) is None:
+            continue
+        r = subprocess.run([*cmd, "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-c", "t.c", "-o", "t.o"],
+                           cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 0, f"{cmd}:\n{r.stderr[-3000:]}"

@@ -108,6 +108,35 @@ VWW 6x6x128 78.6 -> 76.7 k est. cycles, 83.9 -> 80.7 k with per-channel
 shifts, +4 bytes a channel; looped lines (their word at every pair-row a
 line starts on) spilled more than they saved and keep the columns.
 
+Channel streams (v.blob; every band kernel but the x runs and "_one"): a
+channel's record words, its edge-sum word and its taps (padded to whole
+words, stream_taps) are one array, one pointer per channel where GCC kept
+three (rq, the edge sums, the taps) and spilled them. 3x3 at stride 1: the
+3 pad bytes after the taps hold copies of w[0][0], w[2][2], w[0][1], so
+phase 1's words (w[1][2], w[2][2]) and (w[0][0], w[0][1]) are one 32-bit
+load at byte 8 (SXTB16 [ror 8] or the AND of the scaled kernels) instead of
+4 byte loads and 2 packs. VWW est. cycles (M4) 9,002,519 -> 8,982,066:
+6x6x128 76.7 -> 74.0 k, node 20 80.7 -> 79.5 k, 3x3x256 57.0 -> 53.0 k,
+24x24x32 298.3 -> 295.2 k; MobileNetV2 -22.4 k; +3 bytes a channel of
+flash (VWW text+rodata +2.5 KB).
+
+Padding folded in x runs (xrun_folds; kernel tag p<right><bottom>): a one-band
+stride-2 3x3 layer (every line in the band: the region bands of VWW's tiled
+node 2 too) with one shift (SSAT's immediate), whose right column or last
+line's third row is padding (TF's SAME at stride 2 pads only there) does not
+read them: the last column's run loads 2 words an output (LD2) and does 4
+MACs, its lines starting at the bias plus x_zp times that column's taps; a
+run's last line adds x_zp times the third row's taps instead of its 3 loads
+and 3 MACs. Those per-channel words (after the records, 1..3 a channel) are
+copied into plane words no run reads then (the padding column's word 0, and
+at pair-row xrun: columns 0 and 1 of unrolled runs, each run's first column
+of looped ones, whose last column's run follows the loop) and loaded at
+immediate offsets from the run's pointer: held in registers (or loaded from
+rq at the use) they made GCC spill (VWW 12 -> 6 x64 +4..6 k est. cycles).
+VWW M4 est. cycles 8,982,066 -> 8,971,656: 12 -> 6 x64 50.3 -> 48.5 k,
+24 -> 12 x32 99.9 -> 98.2 k, tiled node 2 674.7 -> 667.5 k; not for kernels
+whose shift rides in a weight word (VWW's 6 -> 3 x128: +1.1 k, spills).
+
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
@@ -274,6 +303,23 @@ def recipes(words, pos):
         else:
             out.append(("pk", b(lo), b(hi)))
     return loads, out
+
+
+def stream_taps(taps, pos, pos1) -> np.ndarray:
+    """[c][whole words] int8 of a channel stream's taps (qdw2_dsp with v.blob):
+    taps [c][kh kw] at their tap_layout bytes, zero padded to whole words
+    (at least 3 bytes past them: the kernel's 32-bit loads), and a tap
+    whose byte in pos1 differs from pos copied there too (3x3 stride 1:
+    phase 1's recipes read bytes 8..11, see emit)."""
+    taps = np.asarray(taps, np.int64)
+    c, n = taps.shape
+    tb = -(-(n + 3) // 4) * 4
+    tw = np.zeros((c, tb), np.int64)
+    tw[:, :n] = taps
+    for i, j in zip(*np.nonzero(pos1 != pos)):
+        assert pos1[i, j] >= n, "a copy may only go past the taps"
+        tw[:, pos1[i, j]] = taps[:, pos[i, j]]
+    return tw.astype(np.int8)
 
 
 def record(fold, mult, e) -> np.ndarray:
@@ -522,6 +568,30 @@ def xrun_macs(kh: int, kw: int, sh: int, sw: int, macs):
     return out
 
 
+def xrun_folds(rec, w2, xzp: int, scaled: bool, xr: bool, xb: bool) -> np.ndarray:
+    """Per channel the words after the records of an x-run kernel with padding
+    folded (qdw2_dsp's xseq), in the accumulator's unit u (the taps times 256
+    scaled, else 2): xr: the bias as the kernel derives it from its record
+    plus u x_zp times the taps of the last column (the right padding column's
+    MACs); xb: u x_zp times the taps of the last row (the bottom padding
+    row's); both: then that row's sum without its last tap (the corner, whose
+    last column the first word holds). int32, wrapping as the kernel's MACs
+    do. w2: [kh][kw][c] in the kernel's orientation."""
+    w2 = np.asarray(w2, np.int64)
+    r = np.asarray(rec, np.int64).reshape(-1, 3 if scaled else 2)[:, 0]
+    u = 256 if scaled else 2
+    bias2 = r & ~255 if scaled else (r >> 2) & ~1
+    cols = []
+    if xr:
+        cols.append(bias2 + u * xzp * w2[:, -1, :].sum(axis=0))
+    if xb:
+        cols.append(u * xzp * w2[-1, :, :].sum(axis=0))
+    if xr and xb:
+        cols.append(u * xzp * w2[-1, :-1, :].sum(axis=0))
+    out = np.stack(cols, axis=1).reshape(-1)
+    return ((out + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+
+
 def _reads(kh: int, sh: int, nl: int) -> int:
     """Pair-rows a band of nl lines reads (its first row even)."""
     return max((l * sh >> 1) + (kh + (l * sh & 1) + 1) // 2 for l in range(nl))
@@ -558,6 +628,8 @@ ONE_PLANE = "auto"        # when the one-channel kernel is taken (tests: "always
 CV_MAX = 96               # most (pair-row, column) steps of an unrolled conversion (code size)
 KP_MAX = 16              # most pair-rows per column of the band buffer
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
+BLOB = True               # lines unrolled: records, edge sums and taps one stream per channel
+XFOLD = True              # one-band unrolled x runs: right padding column and bottom padding row folded (xr, xb)
 EDGES = True              # edge columns of padding folded into the end outputs' accumulators (edge_sums)
 
 
@@ -754,6 +826,19 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     xtag = f"x{lb}r{cl_out[0]}" if xrun else ""
     if xrun:
         lines = 0
+    # x runs of one band (unrolled or looped over the columns): the right padding column
+    # (read by the last column's run only) and the last line's third row when it is
+    # padding are left out, their x_zp terms computed once per channel (xr, xb)
+    # (only with one shift for every channel, SSAT's immediate: where the shift rides in a
+    # weight word (VWW's 6 -> 3 x128) the run's registers are all taken and GCC spilled:
+    # +1.1 k est. cycles there, against -1.8 k on the 12 -> 6 x64)
+    xfold = bool(xrun and lb == oh and XFOLD and e_one)
+    xr = xfold and rf >= 1
+    # (bands of one line keep the row: folding it there leaves the third row's weight words
+    # unused, -Wunused-variable, person_detect's x1 kernels)
+    xb = xfold and lb >= 2 and 2 * (lb - 1) + kh - 1 - pt >= h
+    if xr or xb:
+        xtag += f"p{int(xr)}{int(xb)}"
     # stride 1, lines unrolled (one band), one column of padding at an end: that column
     # is read by the line's end output only; x_zp times its taps (edge_sums) start / end
     # that output's accumulator instead of its LDRD and MACs (VWW 6x6x128: 8 -> 6 LDRD a
@@ -761,16 +846,29 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # cost more than it saves (VWW 24x24x32, 12x12x64: +1.4k, +1.2k est. cycles)
     el, er = (lf == 1, rf == 1) if EDGES and sh == 1 and sw == 1 and lines and not take_one else (False, False)
     skip = ([0] if el else []) + ([wcols - 1] if er else [])
+    # lines unrolled (one band): a channel's record, edge sums and taps in one stream
+    # (one pointer a channel instead of three: fewer of GCC's spills)
+    blob = not take_one and not xrun and BLOB
+    blob_words = ((3 if srows is not None else 2) + int(el or er) + -(-(kh * kw + 3) // 4)) if blob else 0
+    # 3x3 at stride 1 in a stream: the 3 bytes after the taps hold copies of w[0][0],
+    # w[2][2], w[0][1] (bytes 9, 10, 11), so phase 1's words (w[1][2], w[2][2]) and
+    # (w[0][0], w[0][1]) are one 32-bit load at byte 8 too (no byte loads and packing)
+    pos1 = pos
+    if blob and (kh, kw, sh) == (3, 3, 1):
+        pos1 = pos.copy()
+        pos1[0, 0], pos1[2, 2], pos1[0, 1] = 9, 10, 11
     name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{xtag}{gtag}{f'f{int(el)}{int(er)}' if el or er else ''}_kp{kp}")
     name += "_one" if take_one else ""
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
                                "xrun": xrun, "xunroll": ow * xrun <= XRUN_UNROLL, "rout": cl_out[0],
+                               "xr": xr, "xb": xb, "xnr": 3 if srows is not None else 2,
+                               "xn": int(xr) + int(xb) + int(xr and xb),
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
                                "corr": corr, "sat": rq == "s", "scaled": srows is not None, "e": e_one,
-                               "el": el, "er": er, "wcols": wcols,
-                               "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos)), ew=ew, i=ph,
+                               "el": el, "er": er, "wcols": wcols, "blob": blob_words,
+                               "phases": [dict(zip(("loads", "recipes"), recipes(wds, pos1 if ph else pos)), ew=ew, i=ph,
                                                g=(kh + ph + 1) // 2, xm=xm[ph],
                                                chunk=pass_code(kh, kw, sw, kp, ph, mcs, chunk) if chunk else [],
                                                rest=pass_code(kh, kw, sw, kp, ph, mcs, ow % chunk if chunk else ow,
@@ -780,12 +878,21 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
                                "fields": FIELDS})
     taps = np.zeros((c, kh * kw), np.int64)
     taps[:, pos.reshape(-1)] = w2.reshape(kh * kw, c).T                  # tap (i, j) at byte pos[i][j]
-    taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
-    wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
     rec = record(fold, mq, e) if srows is None else record_scaled(sfold, srows)
-    if el or er:
-        rec = np.concatenate([rec, edge_sums(w2)])
-    rsym = k.const(rec, f"{node.name}_rq_dw2")
+    if blob:
+        # one stream per channel: record words, edge sums, taps (3 bytes past them: the loads)
+        parts = [rec.reshape(c, -1)] + ([edge_sums(w2).reshape(c, 1)] if el or er else [])
+        parts.append(stream_taps(taps, pos, pos1).view("<i4"))
+        rsym = k.const(np.concatenate(parts, axis=1).astype(np.int32).reshape(-1), f"{node.name}_rq_dw2")
+        wsym = f"(const int8_t *){rsym}"
+    else:
+        taps = np.concatenate([taps.reshape(-1), np.zeros(3, np.int64)])     # the last channel's loads
+        wsym = k.const(taps.astype(np.int8), f"{node.name}_w_dw2")
+        if el or er:
+            rec = np.concatenate([rec, edge_sums(w2)])
+        if xr or xb:
+            rec = np.concatenate([rec, xrun_folds(rec, w2, int(p.x_zp), srows is not None, xr, xb)])
+        rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
     if take_one:
         rows_read = np.zeros(h, bool)
