@@ -650,9 +650,16 @@ def _dw_float(model, feeds, i, relu):
     return np.clip(y, int(t[f"yz{i}"]) if relu else -128, 127)[None]
 
 
-def _exact_and_near_independent(model, feeds, g, outs, relu):
-    """outs bit-exact with the numpy reference (and not nearly constant),
-    and within 1 LSB of _dw_float (layers conv<i> in relu with a Relu)."""
+def _exact_and_near_independent(model, feeds, c, where, relu):
+    """c run on where ("host" or a QEMU board): its outputs bit-exact with the
+    numpy reference (and not nearly constant), and within 1 LSB of _dw_float
+    (layers conv<i> in relu with a Relu)."""
+    g = c.graph
+    if where == "host":
+        outs = run_host(c, feeds)
+    else:
+        from cuvil_mcu.sim import qemu
+        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs
     ref = reference.run(g, feeds)
     for i, (name, o) in enumerate(zip(g.outputs, outs)):
         o = np.asarray(o).reshape(ref[name].shape)
@@ -679,17 +686,11 @@ def test_edge_columns_folded(where, monkeypatch):
     relu = {"conv0", "conv2"}
     assert relu <= {n.name for n in c.graph.nodes}
     c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
-    g = c.graph
     names = re.findall(r"model__(qdw2_dsp\w*?)\(", c.header)
     for _, tag in EDGES:
         assert any(re.search(rf"l\d+g[\d_]+{tag}_kp", k) for k in names), (tag, names)
     assert any(k.startswith("qdw2_dsp_z") for k in names) and any(k.startswith("qdw2_dsp_n") for k in names), names
-    if where == "host":
-        outs = run_host(c, feeds)
-    else:
-        from cuvil_mcu.sim import qemu
-        outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
-    _exact_and_near_independent(model, feeds, g, outs, relu)
+    _exact_and_near_independent(model, feeds, c, where, relu)
 
 
 def test_stream_taps_build_phase_one_words_by_loads():
@@ -749,17 +750,11 @@ def test_channel_streams(where, monkeypatch):
     c = compile_model(model, board=BOARD)
     relu = {"conv0", "conv1"}
     c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
-    g = c.graph
     assert c.header.count("one stream a channel: record, edge sums, taps") == len(STREAMS), "a layer not on streams"
     names = re.findall(r"model__(qdw2_dsp\w*?)\(", c.header)
     assert any(re.search(r"_u6x16l6g[\d_]+f11_kp", k) for k in names), names
     assert any(re.search(r"_3x3s11_u24x8_kp", k) for k in names), names
-    if where == "host":
-        outs = run_host(c, feeds)
-    else:
-        from cuvil_mcu.sim import qemu
-        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs
-    _exact_and_near_independent(model, feeds, g, outs, relu)
+    _exact_and_near_independent(model, feeds, c, where, relu)
 
 
 # stride-2 3x3 x runs of one band, one shift (VWW's 12 ->
@@ -797,7 +792,6 @@ def test_xruns_padding_folded(where, looped, monkeypatch):
     relu = {"conv0", "conv1", "conv2", "conv3"}
     assert relu <= {n.name for n in c.graph.nodes}
     c = rerender(c, lambda n: (0.0, float("inf")) if n.name in relu else None)
-    g = c.graph
     calls = [k for k in re.findall(r"model__(qdw2_dsp\w*?)\(\(int8_t \*\)", c.header)]
     assert len(calls) == len(XFOLD), calls
     for k, (_, tag) in zip(calls, XFOLD):
@@ -805,12 +799,7 @@ def test_xruns_padding_folded(where, looped, monkeypatch):
     assert "__DW_LD2(" in c.header and "bias2r" in c.header
     assert ("for (; pc != pe; pc += " in c.header) == looped
     assert any(k.startswith("qdw2_dsp_z") for k in calls) and any(k.startswith("qdw2_dsp_n") for k in calls), calls
-    if where == "host":
-        outs = run_host(c, feeds)
-    else:
-        from cuvil_mcu.sim import qemu
-        outs = [o.reshape(g.tensors[n].shape) for n, o in zip(g.outputs, qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where).outputs)]
-    _exact_and_near_independent(model, feeds, g, outs, relu)
+    _exact_and_near_independent(model, feeds, c, where, relu)
 
 
 @pytest.mark.parametrize("looped", [False, True])
