@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_conv, dsp_dw, dsp_pwsk
-from test_isa_dsp import build
+from test_isa_dsp import build, float_pointwise
 
 # x (NCHW), w: K in {8, 12, 16, 24, 56}, M % 4 == 0 (the natural order), pixel counts odd and even
 LAYERS = [((1, 8, 5, 7), (48, 8, 1, 1)), ((1, 12, 3, 5), (20, 12, 1, 1)), ((1, 16, 4, 4), (96, 16, 1, 1)),
@@ -169,19 +169,6 @@ SL_LAYERS = [((1, 32, 5, 5), (32, 32, 1, 1)), ((1, 64, 3, 4), (64, 64, 1, 1)), (
              ((1, 160, 1, 3), (8, 160, 1, 1)), ((1, 48, 4, 2), (4, 48, 1, 1))]
 
 
-def _pw_float(model, feeds, i):
-    """Layer i computed independently: int64 sums, the float scale, round half
-    to even, y_zp and the int8 clamp (the fixed-point multiplier may differ
-    from it by 1 LSB)."""
-    t = {n.name: numpy_helper.to_array(n) for n in model.graph.initializer}
-    x = feeds[f"x{i}"].astype(np.int64)[0] - int(t[f"xz{i}"])                      # C, H, W
-    w = t[f"w{i}"].astype(np.int64)[:, :, 0, 0]                                     # M, C
-    acc = t[f"b{i}"].astype(np.int64)[:, None, None] + np.einsum("mc,chw->mhw", w, x)
-    s = np.float64(t[f"xs{i}"]) * t[f"ws{i}"].astype(np.float64) / np.float64(t[f"ys{i}"])
-    s = s if s.ndim else np.full(w.shape[0], s)
-    return np.clip(np.rint(acc * s[:, None, None]) + int(t[f"yz{i}"]), -128, 127)[None]
-
-
 @pytest.mark.parametrize("u2", [False, True])
 @pytest.mark.parametrize("where", ["host", "qemu-mps2-an386", "qemu-mps2-an500"])
 def test_lo_nudge_kernels(where, u2, monkeypatch):
@@ -226,7 +213,7 @@ def test_lo_nudge_kernels(where, u2, monkeypatch):
         o = np.asarray(o).reshape(ref[name].shape)
         np.testing.assert_array_equal(o, ref[name], err_msg=name)
         assert np.unique(o).size > 8, name
-        ind = _pw_float(model, feeds, i)
+        ind = float_pointwise(model, feeds, i)
         ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)          # NHWC
         d = np.abs(o.astype(np.int64) - ind)
         assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution"

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_pwsk
-from test_isa_dsp import build, run_host
+from test_isa_dsp import build, float_pointwise, run_host
 
 # x (NCHW), w: K in {4, 8, 16}; M 1 .. 64 (MAX_M; K = 16: 32), not only multiples of 4; pixel counts odd and even
 LAYERS = [((1, 8, 5, 7), (16, 8, 1, 1)), ((1, 8, 4, 6), (13, 8, 1, 1)), ((1, 4, 3, 3), (20, 4, 1, 1)),
@@ -37,19 +37,6 @@ def _model():
         if t.name.startswith("yz") and int(t.name[2:]) != len(layers) - 1:
             t.CopyFrom(numpy_helper.from_array(np.array(-128, np.int8), t.name))
     return model, feeds
-
-
-def _float_conv(model, feeds, i) -> np.ndarray:
-    """Layer i as an independent float 1x1 convolution (NCHW, the model's
-    own scales and zero points, round half to even, clamped to int8): the
-    kernel's fixed-point requantization may differ from it by 1 LSB."""
-    ini = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    x = feeds[f"x{i}"].astype(np.float64) - float(ini[f"xz{i}"])
-    w = ini[f"w{i}"].astype(np.float64)[:, :, 0, 0]                       # [M][K]
-    scale = float(ini[f"xs{i}"]) * np.asarray(ini[f"ws{i}"], np.float64).reshape(-1) / float(ini[f"ys{i}"])
-    acc = np.einsum("mk,nkhw->nmhw", w, x) + ini[f"b{i}"].astype(np.float64)[None, :, None, None]
-    y = np.rint(acc * np.broadcast_to(scale, (w.shape[0],))[None, :, None, None]) + float(ini[f"yz{i}"])
-    return np.clip(y, -128, 127)
 
 
 @pytest.mark.parametrize("rev,doubled", [(False, False), (True, False), (False, True)])
@@ -96,7 +83,7 @@ def test_small_k_pointwise_on_qemu(rev, doubled, monkeypatch):
         # within 1 LSB of an independent float convolution (the model's outputs are NCHW)
         i = int(name[1:])
         if i < len(LAYERS):
-            want = _float_conv(model, feeds, i)
+            want = float_pointwise(model, feeds, i)
             got = outs[name].reshape(want.shape).astype(np.float64)
             d = np.abs(got - want)
             assert d.max() <= 1, (name, int(d.max()), np.unravel_index(d.argmax(), d.shape))

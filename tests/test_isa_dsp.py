@@ -90,6 +90,20 @@ def build(layers, seed):
     return qmodel(nodes, inputs, outputs, inits), feeds
 
 
+def float_pointwise(model, feeds, i) -> np.ndarray:
+    """Layer i of a build() model as an independent float 1x1 convolution
+    (NCHW, the model's own scales and zero points, round half to even,
+    clamped to int8): the kernels' fixed-point requantization may differ
+    from it by 1 LSB."""
+    ini = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x = feeds[f"x{i}"].astype(np.float64) - float(ini[f"xz{i}"])
+    w = ini[f"w{i}"].astype(np.float64)[:, :, 0, 0]                       # [M][K]
+    scale = float(ini[f"xs{i}"]) * np.asarray(ini[f"ws{i}"], np.float64).reshape(-1) / float(ini[f"ys{i}"])
+    acc = np.einsum("mk,nkhw->nmhw", w, x) + ini[f"b{i}"].astype(np.float64)[None, :, None, None]
+    y = np.rint(acc * np.broadcast_to(scale, (w.shape[0],))[None, :, None, None]) + float(ini[f"yz{i}"])
+    return np.clip(y, -128, 127)
+
+
 def run_host(c, feeds, cflags=STRICT):
     g = c.graph
     exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],

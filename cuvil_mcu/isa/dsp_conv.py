@@ -790,6 +790,13 @@ def scaled_rows(table) -> np.ndarray | None:
     return np.stack([t[:, 0], t[:, 1] + 7, n], axis=1)
 
 
+def nearest_first(r: int) -> np.ndarray:
+    """-r..r (int64) ordered by distance from 0, the negative side first at a
+    tie: the offsets the multiplier solvers try around a channel's own."""
+    span = np.arange(-r, r + 1, dtype=np.int64)
+    return span[np.argsort(np.abs(span), kind="stable")]
+
+
 def _thresholds(mult, big_e, n):
     """[channel][255] the least acc whose floor((256 acc mult + n 2^32) /
     2^(32+E)) reaches q = -127..127 (mult > 0; int64: |q 2^E - n| < 2^38,
@@ -910,10 +917,7 @@ def lo_nudge(srows, bot, top):
     if np.any(np.abs(bot) >= SCALED_MAX) or np.any(np.abs(top) >= SCALED_MAX) or np.any(np.abs(n) >= 2 ** 27):
         return None
     want = np.clip(_thresholds(mult, big_e, n), bot[:, None], top[:, None] + 1)
-    span = np.arange(-ONE_N_SPAN, ONE_N_SPAN + 1, dtype=np.int64)
-    span = span[np.argsort(np.abs(span), kind="stable")]
-    wide = np.arange(-ONE_N_WIDE, ONE_N_WIDE + 1, dtype=np.int64)
-    wide = wide[np.argsort(np.abs(wide), kind="stable")]
+    span, wide = nearest_first(ONE_N_SPAN), nearest_first(ONE_N_WIDE)
     ms, gs = mult.copy(), np.zeros(nch, np.int64)
     # the n each channel's group uses: 4b + 1 and 4b + 2 that of 4b + 2, 4b + 3 and 4b that of 4b
     src = np.arange(nch) // 4 * 4 + np.array([0, 2, 2, 0])[np.arange(nch) % 4]

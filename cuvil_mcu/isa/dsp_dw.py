@@ -171,7 +171,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..planner import windows
-from .dsp_conv import SCALED_MAX, _thresholds, common_shift, scaled_rows
+from .dsp_conv import SCALED_MAX, _thresholds, common_shift, nearest_first, scaled_rows
 
 
 BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
@@ -434,8 +434,7 @@ def narrow_rows(bot: int, top: int, mult: int, e: int, yzp: int, e0: int):
     acc = np.arange(bot, top + 1, dtype=np.int64)
     v = requant_dw(acc, mult, e, yzp, corr=False)
     want = b2 + np.searchsorted(v, np.arange(-127, 128, dtype=np.int64), side="left")
-    span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
-    span = span[np.argsort(np.abs(span), kind="stable")]
+    span = nearest_first(FIT_SPAN)
     for big_e in range(min(e0, e + 7), e + 8):
         mn = _fit(want, b2, t2, big_e, (mult >> (e + 7 - big_e)) + span)
         if mn is None:
@@ -478,8 +477,7 @@ def one_shift(rows, bot, top, e0=None):
     want = np.clip(_thresholds(mult, big_e, n), bot[:, None], top[:, None] + 1)
     out = t.copy()
     out[:, 1] = e0
-    span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
-    span = span[np.argsort(np.abs(span), kind="stable")]           # nearest first
+    span = nearest_first(FIT_SPAN)
     for ch in np.flatnonzero(live & (big_e != e0)):
         if big_e[ch] < e0:
             return None

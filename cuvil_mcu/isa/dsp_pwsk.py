@@ -121,12 +121,11 @@ def rows(wr: np.ndarray, folded: np.ndarray, table: np.ndarray):
 
 
 def _rows(wr, folded, t):
-    from .dsp_conv import SCALED_MAX, _thresholds, scaled_rows
+    from .dsp_conv import SCALED_MAX, _thresholds, nearest_first, scaled_rows
     from .dsp_dw import FIT_SPAN, _fit
     bots = np.minimum(127 * wr, -128 * wr).sum(axis=1)
     tops = np.maximum(127 * wr, -128 * wr).sum(axis=1)
-    span = np.arange(-FIT_SPAN, FIT_SPAN + 1, dtype=np.int64)
-    span = span[np.argsort(np.abs(span), kind="stable")]
+    span = nearest_first(FIT_SPAN)
     out = []
     for ch in range(len(t)):
         mult, e, nudge = (int(v) for v in t[ch])
