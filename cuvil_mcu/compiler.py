@@ -212,7 +212,7 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
             break
         room[None] = (extra, gap)   # the slack in every entry, and the contiguous gaps (Emitter.scratch_free)
         low2 = codegen.lower(g, prefix, b, room, **lkw)
-        if low2.scratch == low.scratch:
+        if low2.scratch == low.scratch and low2.store_bytes == low.store_bytes:
             break
         fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
         if fast.arena_size <= lean.arena_size + extra:
@@ -220,6 +220,7 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
                 used[:] = [low2]
             return fast, room
         extra = extra // 2 // planner.ALIGN * planner.ALIGN
+    g.store_bytes = dict(low.store_bytes)     # (the planner's tensor sizes: the lowering planned)
     if used is not None:
         used[:] = [low]
     return lean, None

@@ -27,12 +27,21 @@ BOARD = "qemu-mps2-an386"
 CHAINS = [(64, 128, 6, 6, (1, 1, 1, 1)), (128, 128, 6, 6, (1, 1, 1, 1)), (32, 16, 4, 8, (1, 0, 1, 1))]
 
 
-def _chains(seed):
+def _chains(seed, big=True):
     """Each chain x<2i> -> pw conv<2i> -> dw conv<2i+1> -> y<2i+1>, the pw's output
     zero point -128 (a fused Relu is then int8's whole range: its SSAT kernels),
-    the dw's input quantization the pw's output's."""
+    the dw's input quantization the pw's output's. big: first a stride-2 depthwise
+    layer on 48x48x16 (output y<2n>, last): the arena's peak, so the planes fit the
+    free arena at the chains' steps (else they are not taken: the arena must not grow)."""
     rng = np.random.RandomState(seed)
     nodes, inits, inputs, outputs, feeds = [], {}, {}, {}, {}
+    if big:
+        b = 2 * len(CHAINS)
+        nb, inib, xb = conv_layer(rng, b, (1, 16, 48, 48), (16, 1, 3, 3), dict(group=16, pads=[0, 0, 1, 1], strides=[2, 2]))
+        nodes.append(nb)
+        inits.update(inib)
+        inputs[f"x{b}"] = (xb.shape, "int8")
+        feeds[f"x{b}"] = xb
     for q, (kk, c, h, w, pads) in enumerate(CHAINS):
         i, j = 2 * q, 2 * q + 1
         # (one weight scale: one shift for every channel, the pw's SSAT-immediate kernels)
@@ -48,6 +57,8 @@ def _chains(seed):
         inputs[f"x{i}"] = (x.shape, "int8")
         outputs[f"y{j}"] = "int8"
         feeds[f"x{i}"] = x
+    if big:
+        outputs[f"y{b}"] = "int8"
     return qmodel(nodes, inputs, outputs, inits), feeds
 
 
@@ -74,10 +85,10 @@ def _dw_int64(t, x, j, pads):
     return np.clip(np.rint(acc * s[:, None, None]) + int(t[f"yz{j}"]), int(t[f"yz{j}"]), 127)[None]
 
 
-def _compile(seed, planes=True, monkeypatch=None):
+def _compile(seed, planes=True, monkeypatch=None, big=True):
     if not planes:
         monkeypatch.setattr(dsp_conv, "PLANES_OUT", False)
-    model, feeds = _chains(seed)
+    model, feeds = _chains(seed, big)
     c = compile_model(model, board=BOARD, patch=False)    # (no tiled regions: graph nodes)
     c = rerender(c, lambda n: (0.0, float("inf")))      # every layer with a Relu (the pw's scaled kernels)
     return model, feeds, c
@@ -130,8 +141,17 @@ def test_planes_left_out_give_the_same_outputs(monkeypatch):
     _, feeds, c1 = _compile(9)
     _, _, c0 = _compile(9, planes=False, monkeypatch=monkeypatch)
     assert "_pin(" in c1.header and "_pin(" not in c0.header and not c0.graph.store_bytes
+    assert c1.plan.arena_size == c0.plan.arena_size
     for a, b in zip(run_host(c1, feeds), run_host(c0, feeds)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_planes_only_where_they_fit():
+    """Without the big layer the chains' own tensors are the arena's peak: planes that
+    would grow it are not taken (the 6x6x128 ones, 16 KB against 4.6 KB of NHWC)."""
+    _, _, c = _compile(5, big=False)
+    assert not re.search(r"^ +model__qdw2_dsp_\w*u6x128\w*_pin\(", c.header, re.M)
+    assert all(b < 16384 for b in c.graph.store_bytes.values())
 
 
 def test_strict_builds():

@@ -167,10 +167,14 @@ class Emitter:
         """The largest contiguous run of arena bytes free at this node's step
         in the leanest plan (within the room, without the slack the compiler
         may add): scratch that size fits there without growing that plan."""
+        return self.free_at(self.node.name)
+
+    def free_at(self, name: str) -> int:
+        """scratch_free at the step of node `name`."""
         if not self.room or None not in self.room:
             return 0
         slack, gap = self.room[None]
-        return max(0, min(int(self.room.get(self.node.name, 0)) - int(slack), int(gap.get(self.node.name, 0))))
+        return max(0, min(int(self.room.get(name, 0)) - int(slack), int(gap.get(name, 0))))
 
     def order(self, index: int, order, variant: str | None = None) -> None:
         """Declare the kernel's read/write order for input `index` -> output 0
@@ -228,7 +232,7 @@ class Emitter:
         sub.node = n
         sub.planes_probe = name
         op.emit(n, [g.tensors[u] if u else None for u in n.inputs], [g.tensors[u] for u in n.outputs if u], sub)
-        return sub.planes_found
+        return None if sub.planes_found is None else dict(sub.planes_found, consumer=n.name)
 
     def planes_in(self, t: Tensor | str) -> bool:
         """Whether run-time tensor t reaches the current node as channel
@@ -462,6 +466,7 @@ class _BandPlan:
 class Lowering:
     scratch: dict      # node name -> arena scratch bytes of its kernels
     orders: dict       # node name -> [(input index, variant, Order | callable)]
+    store_bytes: dict = field(default_factory=dict)   # tensor -> arena bytes of the layout a kernel stores it in
 
 
 def lower(g: Graph, prefix: str = "model", target=None, room: dict | None = None, opt_level: int = 3,
@@ -472,7 +477,7 @@ def lower(g: Graph, prefix: str = "model", target=None, room: dict | None = None
     choices are made)."""
     k = _emitter(g, _Probe(), prefix, target, room, opt_level, fp16_nodes)
     _emit_nodes(g, k)
-    return Lowering(dict(k.scratch_bytes), dict(k.orders))
+    return Lowering(dict(k.scratch_bytes), dict(k.orders), dict(g.store_bytes))
 
 
 def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",

@@ -1054,14 +1054,17 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # conversion left out (the rows2 stores: scaled, one shift, whole pairs along each row)
     pl = None
     (oh, ow) = p.geo.out_hw
-    if PLANES_OUT and scaled and e and mi and not rev and vals["nb"] == 1 and ow % 2 == 0:
+    # (only where the planes fit the free arena at both steps in the leanest plan: k.room is known
+    # in the compiler's second lowering; the arena must not grow)
+    if PLANES_OUT and scaled and e and mi and not rev and vals["nb"] == 1 and ow % 2 == 0 and k.room:
         lay = k.planes_of(outs[0])
-        if lay is not None and (lay["h"], lay["w"], lay["c"]) == (oh, ow, m):
+        if lay is not None and (lay["h"], lay["w"], lay["c"]) == (oh, ow, m) and \
+                lay["bytes"] + xe <= k.scratch_free() and lay["bytes"] <= k.free_at(lay["consumer"]):
             pb = 4 * lay["plane"]
             if 4 * pb <= 4095 and 3 * pb + 4 * lay["kp"] <= 4095:
                 pl = dict(lay, pb=pb)
     if pl is not None:
-        k.planes[outs[0].name] = {f: v for f, v in pl.items() if f != "pb"}
+        k.planes[outs[0].name] = {f: v for f, v in pl.items() if f not in ("pb", "consumer")}
         mi = 4 * pl["kp"]                 # the pair's second pixel: the next plane column
     loop = PW_LOOP
     ldm = getattr(k.target, "core", None) in LDM_CORES
