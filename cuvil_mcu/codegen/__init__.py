@@ -23,6 +23,11 @@ from ..planner import ALIGN, Plan
 from .carray import WORDS_FROM, c_array, c_comment, c_float, c_string, c_words, word_count
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Producers may store a tensor in its consumer's layout (Emitter.planes_of) while this is True and
+# the room does not hold NO_PLANES (the compiler turns them off while the tile pass compares graphs,
+# and for a plan they would make too big)
+PLANES = True
+NO_PLANES = ("planes", "off")
 
 
 def template_dir() -> Path:
@@ -217,6 +222,8 @@ class Emitter:
         g = self.graph
         if self.planes_probe is not None:
             return None       # (a probe: its own outputs stay NHWC, no probe of a probe)
+        if not PLANES or not self.room or self.room.get(NO_PLANES):
+            return None
         if self.node is None or not any(n is self.node for n in g.nodes) or name not in g.tensors:
             return None
         if name in g.outputs or name in g.inputs:
