@@ -66,6 +66,17 @@ to use their store group's lo channel's n (lo_nudge: 6 row words a block,
 two LDM of 3), and on layers with many blocks two blocks a turn of the
 block loop (UNROLL2_PASSES).
 
+Output as planes (emit_pw, PLANES_OUT): where its one consumer is a
+depthwise layer that reads every channel's int16 plane from its input
+(dsp_dw's "_pin" kernels: stride 1, one band) and the planes fit the
+leanest plan's free arena, a stride-1 pointwise layer with the rows2
+stores (scaled, one shift, whole pixel pairs along even rows) stores its
+outputs there instead of NHWC: STRH of the SSAT result at channel c *
+plane bytes + the cell's offset (the pair's second pixel one plane column
+further: v.m), an ADD of 4 planes per block (8 per 2 with u2), and one call
+of the pixel loop per output row (dy jumps the rows); the C fallback stores
+the same halfwords (memcpy). The consumer fills the padding cells.
+
 Pointwise layers with K = 4, 8 or 16 (the "fast" requantization, no sign fix,
 M <= dsp_pwsk.MAX_M) run dsp_pwsk.py's kernel before any of these: the two
 pixels' inputs in registers, the channels unrolled (no per-block overhead).

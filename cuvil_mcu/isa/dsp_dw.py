@@ -137,6 +137,25 @@ VWW M4 est. cycles 8,982,066 -> 8,971,656: 12 -> 6 x64 50.3 -> 48.5 k,
 24 -> 12 x32 99.9 -> 98.2 k, tiled node 2 674.7 -> 667.5 k; not for kernels
 whose shift rides in a weight word (VWW's 6 -> 3 x128: +1.1 k, spills).
 
+Planes written by the producer ("_pin" kernels, PLANES_IN): a stride-1,
+one-band, untransposed layer whose input a pointwise layer writes (isa/
+dsp_conv.py emit_pw, its rows2 stores: scaled, one shift) reads every
+channel's plane from that tensor itself: the pointwise stores each output
+as the halfword of its cell (channel ch's plane at ch * plane words), the
+planner sizes the tensor as 4 plane c bytes (g.store_bytes, planner.nbytes;
+no offset window on either side: the orders model NHWC bytes), and this
+kernel leaves out its conversion, only filling the padding cells a line
+reads (the same offsets in every plane, fill_w / fill_h; the edge columns
+skipped by edge_sums are not read) before the channel groups; buf is then
+the planes. The producer asks first (codegen.Emitter.planes_of: this node
+emitted on a probe told its input is planes answers with the layout) and
+takes them only where they fit the leanest plan's free arena at both steps
+(the arena does not grow; off while the tile pass compares graphs). VWW
+(M4): the 6x6x128 layers 74.0 -> 65.4 k est. cycles (conversion ~10.2 k,
+fill ~1.5 k), their producers +1.3 k (a call per output row, halfword
+stores at plane offsets, an ADD per 2 blocks): 8,879,577 -> 8,842,334;
+MobileNetV2 14,433,392 -> 14,372,529; arena unchanged.
+
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
