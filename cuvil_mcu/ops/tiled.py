@@ -34,7 +34,12 @@ STRH's 4,095 B need base bumps in the pair loop, and the x runs' folded
 padding words (the padding column's word 0, pair-row xrun of the last band)
 sit in cells the pointwise never writes. Estimate at KP 4: -77 k
 conversion, +11 k halo copies, +3 k set-up of two more bands, +2 k
-per-row pointwise calls, +3.5 k base bumps: ~-55 k est. cycles.
+per-row pointwise calls, +3.5 k base bumps: ~-55 k est. cycles. Today's
+kernels in shorter bands (passes/tile.py's BANDS forced; arena 29,408 B in
+each: its peak is another step, the region's area ends at 29,312): 3-row
+bands 653,450, 2-row 677,428 est. cycles (the halo row converted in more
+bands, ~2.4 k and ~3.8 k a band of calls and set-up): planes at KP 3 (no
+arena growth) would then come to ~-30 k, at KP 4 ~-55 k.
 """
 from __future__ import annotations
 
