@@ -12,6 +12,34 @@ one C loop whose pointers advance by whole rows.
 
 The reference runs the layers one after the other on whole tensors: tiling
 must not change a byte.
+
+Where VWW's region (node 2: pointwise 8 -> 16 over 48x48, qconv2_pwsk_dsp,
+then depthwise 3x3 stride 2 -> 24x24x16 as x runs; 6 bands of 4 output rows,
+9 input rows each, the halo row kept by a 768-byte memmove; area 10,880 B =
+9 int8 rows of 768 B + the depthwise's 4 planes of 248 words) spends its
+645,736 M4 est. cycles (hotspots, main 44a06b3): the pointwise ~433 k (22
+cycles a channel and pixel pair), the x runs ~128 k, the depthwise's int8
+NHWC -> int16 plane conversion ~77 k (53 rows x 48 columns x 16 channels
+converted, ~1.9 cycles an element with its loop entries: the halo row is
+converted again in every band), the memmoves ~3 k. Not done yet (sized
+only): the pointwise storing its outputs straight into the planes (STRH at
+plane offsets instead of STRB: the same cycles; pixel B one column = KP
+words on) removes the conversion but holds 16 channels' planes at once, 16
+planes of 4 ceil(49 KP / 4) words: KP 5 (4-row bands) 15,872 B (+4,992 over the
+area: past the 8 % slack), KP 4 (3-row bands, 8 bands) 12,544 B (+1,664:
+arena ~31,072 B, +5.7 %), KP 3 (2-row bands) 9,472 B (-1,408). The kept halo row
+then is a halfword copy per plane and column (word B's low half to word
+0's: 768 an added band boundary, ~1.5-2 k cycles), channel offsets past
+STRH's 4,095 B need base bumps in the pair loop, and the x runs' folded
+padding words (the padding column's word 0, pair-row xrun of the last band)
+sit in cells the pointwise never writes. Estimate at KP 4: -77 k
+conversion, +11 k halo copies, +3 k set-up of two more bands, +2 k
+per-row pointwise calls, +3.5 k base bumps: ~-55 k est. cycles. Today's
+kernels in shorter bands (passes/tile.py's BANDS forced; arena 29,408 B in
+each: its peak is another step, the region's area ends at 29,312): 3-row
+bands 653,450, 2-row 677,428 est. cycles (the halo row converted in more
+bands, ~2.4 k and ~3.8 k a band of calls and set-up): planes at KP 3 (no
+arena growth) would then come to ~-30 k, at KP 4 ~-55 k.
 """
 from __future__ import annotations
 
