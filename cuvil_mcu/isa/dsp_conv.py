@@ -96,6 +96,7 @@ import numpy as np
 from ..planner import windows
 
 from ..ops.qgemm import int32_array, offset_weights
+from . import memo
 
 FIELDS = ("nb", "npx", "ow_n", "h", "w_n", "c", "kh_n", "kw_n", "sh", "sw", "pt", "pl", "m_n", "nkp", "nblk",
           "xzp", "yzp", "lo", "hi")
@@ -944,6 +945,7 @@ def lo_nudge(srows, bot, top):
     return ms, gs, ns
 
 
+@memo.solver
 def _one_nudge_ok(mult, e, n, ms, ns, gs, bot, top) -> bool:
     """lo_nudge's result against the original rows, level by level, in
     Python integers: the least acc in [bot, top + 1] reaching each level q,

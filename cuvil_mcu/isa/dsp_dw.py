@@ -172,6 +172,7 @@ import numpy as np
 
 from ..planner import windows
 from .dsp_conv import SCALED_MAX, _thresholds, common_shift, nearest_first, scaled_rows
+from . import memo
 
 
 BUF_WORDS = 1024          # most int32 words of the 4 planes (arena scratch: 4 x plane words)
@@ -397,6 +398,7 @@ def scaled_plan(w2, fold, tab, yzp, lo, hi):
 FIT_SPAN = 512            # multipliers tried either side of mult >> d by one_shift
 
 
+@memo.solver
 def _fit(want, bot, top, e, m2):
     """The first (m, n) with m from m2 (nearest first) whose outputs
     floor((256 acc m + n 2^32) / 2^(32+e)) reach each level q = -127..127 at
