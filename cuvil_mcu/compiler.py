@@ -212,14 +212,26 @@ def _plan(g: Graph, prefix: str, b, algorithm: str, preserve_inputs: bool, slack
             break
         room[None] = (extra, gap)   # the slack in every entry, and the contiguous gaps (Emitter.scratch_free)
         low2 = codegen.lower(g, prefix, b, room, **lkw)
-        if low2.scratch == low.scratch:
+        if low2.scratch == low.scratch and low2.store_bytes == low.store_bytes:
             break
         fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
         if fast.arena_size <= lean.arena_size + extra:
             if used is not None:
                 used[:] = [low2]
             return fast, room
+        if low2.store_bytes:
+            # tensors stored as their consumers' planes (codegen.Emitter.planes_of) made it too
+            # big: the same room without them first
+            room = dict(room)
+            room[codegen.NO_PLANES] = True
+            low2 = codegen.lower(g, prefix, b, room, **lkw)
+            fast = planner.plan(g, algorithm, low2.scratch, low2.orders, preserve_inputs)
+            if fast.arena_size <= lean.arena_size + extra:
+                if used is not None:
+                    used[:] = [low2]
+                return fast, room
         extra = extra // 2 // planner.ALIGN * planner.ALIGN
+    g.store_bytes = dict(low.store_bytes)     # (the planner's tensor sizes: the lowering planned)
     if used is not None:
         used[:] = [low]
     return lean, None
@@ -332,7 +344,14 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         if not budget >= 0:
             raise CuvilError(f"--ram-vs-speed {ram_vs_speed}: give the extra work tiling may add as a fraction of "
                              f"the model's MACs, >= 0 (default {tile.DEFAULT_BUDGET})")
-        g = tile.run(g, budget, evaluate)
+        # (the graphs the pass compares planned without planes stores: they take free arena only,
+        # and a profile with them would steer the pass elsewhere; the graph kept is planned again)
+        was, codegen.PLANES = codegen.PLANES, False
+        try:
+            g = tile.run(g, budget, evaluate)
+        finally:
+            codegen.PLANES = was
+        planned = [pr for pr in planned if pr[0] is not g] if was else planned
     # the tile pass plans several graphs and keeps one (not always the last planned)
     mine = [pr for gg, pr in planned if gg is g]
     if not mine:

@@ -23,6 +23,11 @@ from ..planner import ALIGN, Plan
 from .carray import WORDS_FROM, c_array, c_comment, c_float, c_string, c_words, word_count
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Producers may store a tensor in its consumer's layout (Emitter.planes_of) while this is True and
+# the room does not hold NO_PLANES (the compiler turns them off while the tile pass compares graphs,
+# and for a plan they would make too big)
+PLANES = True
+NO_PLANES = ("planes", "off")
 
 
 def template_dir() -> Path:
@@ -121,6 +126,12 @@ class Emitter:
     # node name -> the ISA feature its kernels use on this target ("mve", "dsp", "neon"; absent: portable C),
     # from the template names (kernels/*_dsp|_mve|_neon.c.j2) whose feature the board has; gen's summary says it
     isa_used: dict = field(default_factory=dict)
+    # run-time tensors a producer stores in its consumer's own layout: name -> layout (isa/dsp_dw.py's
+    # channel planes, "bytes" their arena size: the planner's g.store_bytes); planes_probe: the
+    # tensor a probe emission of its consumer asks about (planes_of), planes_found what it answered
+    planes: dict = field(default_factory=dict)
+    planes_probe: str | None = None
+    planes_found: dict | None = None
 
     # --- pointers -----------------------------------------------------------
     def ptr(self, t: Tensor | str, ctype: str | None = None) -> str:
@@ -161,10 +172,14 @@ class Emitter:
         """The largest contiguous run of arena bytes free at this node's step
         in the leanest plan (within the room, without the slack the compiler
         may add): scratch that size fits there without growing that plan."""
+        return self.free_at(self.node.name)
+
+    def free_at(self, name: str) -> int:
+        """scratch_free at the step of node `name`."""
         if not self.room or None not in self.room:
             return 0
         slack, gap = self.room[None]
-        return max(0, min(int(self.room.get(self.node.name, 0)) - int(slack), int(gap.get(self.node.name, 0))))
+        return max(0, min(int(self.room.get(name, 0)) - int(slack), int(gap.get(name, 0))))
 
     def order(self, index: int, order, variant: str | None = None) -> None:
         """Declare the kernel's read/write order for input `index` -> output 0
@@ -195,6 +210,42 @@ class Emitter:
         if getattr(self.graph, "preserve_inputs", False) and name in self.graph.inputs:
             return False
         return self._last_read.get(name) == step and name not in self.graph.outputs
+
+    def planes_of(self, t: Tensor | str) -> dict | None:
+        """The int16 channel-plane layout (isa/dsp_dw.py) in which the one
+        consumer of t, a run-time tensor the current graph node writes, would
+        read t if t were stored so (None: it reads t as NHWC). The consumer
+        is emitted on a probe (a throwaway emitter with the same target and
+        room: its real kernel choice) told that t arrives as planes; its
+        kernel answers with the layout when it takes that input."""
+        name = t if isinstance(t, str) else t.name
+        g = self.graph
+        if self.planes_probe is not None:
+            return None       # (a probe: its own outputs stay NHWC, no probe of a probe)
+        if not PLANES or not self.room or self.room.get(NO_PLANES):
+            return None
+        if self.node is None or not any(n is self.node for n in g.nodes) or name not in g.tensors:
+            return None
+        if name in g.outputs or name in g.inputs:
+            return None
+        users = [n for n in g.nodes if name in n.inputs]
+        if len(users) != 1 or users[0].inputs.count(name) != 1:
+            return None
+        n = users[0]
+        op = ops.get(n.op_type)
+        if op.view:
+            return None
+        sub = _emitter(g, _Probe(), self.prefix, self.target, self.room, self.opt_level, self.fp16_nodes)
+        sub.node = n
+        sub.planes_probe = name
+        op.emit(n, [g.tensors[u] if u else None for u in n.inputs], [g.tensors[u] for u in n.outputs if u], sub)
+        return None if sub.planes_found is None else dict(sub.planes_found, consumer=n.name)
+
+    def planes_in(self, t: Tensor | str) -> bool:
+        """Whether run-time tensor t reaches the current node as channel
+        planes (its producer stores them: planes), or a probe asks so."""
+        name = t if isinstance(t, str) else t.name
+        return name in self.planes or self.planes_probe == name
 
     def const(self, data: np.ndarray, name: str = "c", ctype: str | None = None) -> str:
         """A const array in flash holding `data`; identical arrays are stored once."""
@@ -391,6 +442,8 @@ def _emit_nodes(g: Graph, k: Emitter) -> None:
             k.line("/* view: no code */")
             continue
         op.emit(n, ins, outs, k)
+    # the tensors stored in a kernel's own layout take its bytes in the plan (planner.nbytes)
+    g.store_bytes = {t: int(lay["bytes"]) for t, lay in k.planes.items()}
 
 
 class _Probe:
@@ -420,6 +473,7 @@ class _BandPlan:
 class Lowering:
     scratch: dict      # node name -> arena scratch bytes of its kernels
     orders: dict       # node name -> [(input index, variant, Order | callable)]
+    store_bytes: dict = field(default_factory=dict)   # tensor -> arena bytes of the layout a kernel stores it in
 
 
 def lower(g: Graph, prefix: str = "model", target=None, room: dict | None = None, opt_level: int = 3,
@@ -430,7 +484,7 @@ def lower(g: Graph, prefix: str = "model", target=None, room: dict | None = None
     choices are made)."""
     k = _emitter(g, _Probe(), prefix, target, room, opt_level, fp16_nodes)
     _emit_nodes(g, k)
-    return Lowering(dict(k.scratch_bytes), dict(k.orders))
+    return Lowering(dict(k.scratch_bytes), dict(k.orders), dict(g.store_bytes))
 
 
 def render(g: Graph, plan: Plan, prefix: str = "model", source: str = "", board: str = "",

@@ -66,6 +66,17 @@ to use their store group's lo channel's n (lo_nudge: 6 row words a block,
 two LDM of 3), and on layers with many blocks two blocks a turn of the
 block loop (UNROLL2_PASSES).
 
+Output as planes (emit_pw, PLANES_OUT): where its one consumer is a
+depthwise layer that reads every channel's int16 plane from its input
+(dsp_dw's "_pin" kernels: stride 1, one band) and the planes fit the
+leanest plan's free arena, a stride-1 pointwise layer with the rows2
+stores (scaled, one shift, whole pixel pairs along even rows) stores its
+outputs there instead of NHWC: STRH of the SSAT result at channel c *
+plane bytes + the cell's offset (the pair's second pixel one plane column
+further: v.m), an ADD of 4 planes per block (8 per 2 with u2), and one call
+of the pixel loop per output row (dy jumps the rows); the C fallback stores
+the same halfwords (memcpy). The consumer fills the padding cells.
+
 Pointwise layers with K = 4, 8 or 16 (the "fast" requantization, no sign fix,
 M <= dsp_pwsk.MAX_M) run dsp_pwsk.py's kernel before any of these: the two
 pixels' inputs in registers, the channels unrolled (no per-block overhead).
@@ -108,6 +119,7 @@ PW_LOOP = 32         # K-pairs per turn of emit_pw's K loop past that (each turn
 NKP_UNROLL_PW_X = 64  # past NKP_UNROLL_PW, K-pairs up to which emit_pw unrolls K with xe in the arena (K <= 128:
                       # ~3.6 KB of code a kernel against the loop's 1.9 KB; no entry jump, no end tests: ~17
                       # cycles a block of 8 outputs)
+PLANES_OUT = True    # emit_pw may store its output as its depthwise consumer's channel planes (dsp_dw)
 NKP_UNROLL_G = 16    # the same for the first layers' gather (3x3 x 3 channels: K 27 -> 14 K-pairs)
 UBLOCKS_MAX = 4      # blocks (M <= 16) up to which a first layer gets its own unrolled block code (~1 KB a block)
 
@@ -1052,6 +1064,23 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     # K past the stack's xe but within NKP_UNROLL_PW_X: unrolled all the same, xe read from the arena
     kx = vals["nkp"] if not nkp and vals["nkp"] <= NKP_UNROLL_PW_X and m + 3 <= 4095 else 0
     mi = m if (nkp or kx or (scaled and e is not None)) and m + 3 <= 4095 else 0      # (STRB's immediate offsets reach 4095)
+    # the output stored as its depthwise consumer's int16 channel planes (dsp_dw: every channel's
+    # plane, word [X][k] = rows 2k, 2k + 1 of column X): halfword stores at plane offsets, its
+    # conversion left out (the rows2 stores: scaled, one shift, whole pairs along each row)
+    pl = None
+    (oh, ow) = p.geo.out_hw
+    # (only where the planes fit the free arena at both steps in the leanest plan: k.room is known
+    # in the compiler's second lowering; the arena must not grow)
+    if PLANES_OUT and scaled and e and mi and not rev and vals["nb"] == 1 and ow % 2 == 0 and k.room:
+        lay = k.planes_of(outs[0])
+        if lay is not None and (lay["h"], lay["w"], lay["c"]) == (oh, ow, m) and \
+                lay["bytes"] + xe <= k.scratch_free() and lay["bytes"] <= k.free_at(lay["consumer"]):
+            pb = 4 * lay["plane"]
+            if 4 * pb <= 4095 and 3 * pb + 4 * lay["kp"] <= 4095:
+                pl = dict(lay, pb=pb)
+    if pl is not None:
+        k.planes[outs[0].name] = {f: v for f, v in pl.items() if f not in ("pb", "consumer")}
+        mi = 4 * pl["kp"]                 # the pair's second pixel: the next plane column
     loop = PW_LOOP
     ldm = getattr(k.target, "core", None) in LDM_CORES
     # two blocks a turn of the block loop (K unrolled, scaled, one shift, an even block count): for
@@ -1059,21 +1088,26 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     passes = vals["nb"] * (vals["npx"] // 2) * vals["nblk"]
     u2 = bool((nkp or kx) and scaled and e is not None and mi and vals["nblk"] % 2 == 0
               and (passes >= UNROLL2_PASSES or 0 < nkp <= 8))
+    ptag = f"_h{pl['pb']}" if pl else ""
     blocks = k.kernel("qconv2_pwblk_dsp", {"name": kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "")
-                                           + "_u" * u2,
+                                           + "_u" * u2 + ptag,
                                            "nkp": nkp, "corr": corr, "e": e, "scaled": scaled, "m": mi, "loop": loop,
-                                           "kx": kx, "ln": ln is not None, "ldm": ldm, "u2": u2})
+                                           "kx": kx, "ln": ln is not None, "ldm": ldm, "u2": u2,
+                                           "pb": pl["pb"] if pl else 0})
     one = k.kernel("qconv2_pwblk_dsp", {"name": "one_" + kind, "nkp": nkp, "corr": corr, "e": e,
                                         "scaled": scaled, "one": True, "ln": ln is not None, "ldm": ldm}) if odd else ""
+    if pl:
+        ptag += f"_p{oh}x{ow}k{pl['kp']}l{pl['lf']}t{pl['pt']}"
     fn = k.kernel("qconv2_dsp", {"name": "pw_" + kind + (f"_x{kx}" if kx else "") + (f"_m{mi}" if mi else "") + "_u" * u2
-                                 + "_o" * odd, "stream": True, "blocks": blocks, "e": e,
-                                 "scaled": scaled, "one": one, "loop": loop, "ln": ln is not None})
+                                 + "_o" * odd + ptag, "stream": True, "blocks": blocks, "e": e,
+                                 "scaled": scaled, "one": one, "loop": loop, "ln": ln is not None, "pl": pl})
     ssym = k.const(stream(wpad, pairs, folded, m, table, e, scaled, srows, ln).astype(np.int32), f"{node.name}_pw")
     bufs = k.scratch_buf(xe, "int32_t")
     geo = p.geo
-    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
-    k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
-                                      what="qconv2_dsp: pixel pairs from the last down"), "rev")
+    if pl is None:      # (planes: no order, not written over its input)
+        k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_dsp: pixel pairs"))
+        k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
+                                          what="qconv2_dsp: pixel pairs from the last down"), "rev")
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {ssym}, {vals['nb']}, {vals['npx']}, {vals['c']}, {m}, "
            f"{vals['nblk']}, {bufs}, {int(rev)});")
     return True

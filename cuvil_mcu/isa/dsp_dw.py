@@ -137,6 +137,25 @@ VWW M4 est. cycles 8,982,066 -> 8,971,656: 12 -> 6 x64 50.3 -> 48.5 k,
 24 -> 12 x32 99.9 -> 98.2 k, tiled node 2 674.7 -> 667.5 k; not for kernels
 whose shift rides in a weight word (VWW's 6 -> 3 x128: +1.1 k, spills).
 
+Planes written by the producer ("_pin" kernels, PLANES_IN): a stride-1,
+one-band, untransposed layer whose input a pointwise layer writes (isa/
+dsp_conv.py emit_pw, its rows2 stores: scaled, one shift) reads every
+channel's plane from that tensor itself: the pointwise stores each output
+as the halfword of its cell (channel ch's plane at ch * plane words), the
+planner sizes the tensor as 4 plane c bytes (g.store_bytes, planner.nbytes;
+no offset window on either side: the orders model NHWC bytes), and this
+kernel leaves out its conversion, only filling the padding cells a line
+reads (the same offsets in every plane, fill_w / fill_h; the edge columns
+skipped by edge_sums are not read) before the channel groups; buf is then
+the planes. The producer asks first (codegen.Emitter.planes_of: this node
+emitted on a probe told its input is planes answers with the layout) and
+takes them only where they fit the leanest plan's free arena at both steps
+(the arena does not grow; off while the tile pass compares graphs). VWW
+(M4): the 6x6x128 layers 74.0 -> 65.4 k est. cycles (conversion ~10.2 k,
+fill ~1.5 k), their producers +1.3 k (a call per output row, halfword
+stores at plane offsets, an ADD per 2 blocks): 8,879,577 -> 8,842,334;
+MobileNetV2 14,433,392 -> 14,372,529; arena unchanged.
+
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
 layout of tap_layout (columns 2q, 2q + 1 interleaved: rows i and i + 1 of
@@ -630,6 +649,8 @@ KP_MAX = 16              # most pair-rows per column of the band buffer
 WHOLE_MAX = 32768         # most bytes of 4 planes holding every line (taken only within the free arena)
 BLOB = True               # lines unrolled: records, edge sums and taps one stream per channel
 XFOLD = True              # one-band unrolled x runs: right padding column and bottom padding row folded (xr, xb)
+PLANES_IN = True          # read an input its producer stores as every channel's planes (emit_pw)
+PLANES_MAX = 24576        # most bytes of those planes (an arena tensor)
 EDGES = True              # edge columns of padding folded into the end outputs' accumulators (edge_sums)
 
 
@@ -728,7 +749,14 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # has at this step; square layers keep the bands (they convert 4 channels
     # at a time: faster).
     one = _one_plane(geo, (oh, ow), (kh, kw), (sh, sw), (pt, pl), c, wd, h)
-    take_one = one is not None and ONE_PLANE != "never" and (ONE_PLANE == "always" or (dies and one[4] and ow >= NP))
+    # the input stored as every channel's planes by its producer (emit_pw's planes store; planes_layout)
+    pin = k.planes_in(x)
+    if pin and not (PLANES_IN and geo.n == 1 and one is not None and not one[4] and sh == sw == 1
+                    and 4 * one[3] * c <= PLANES_MAX):
+        if x.name in k.planes:
+            raise RuntimeError(f"node '{node.name}': its input is stored as planes it cannot read")
+        return False
+    take_one = not pin and one is not None and ONE_PLANE != "never" and (ONE_PLANE == "always" or (dies and one[4] and ow >= NP))
     if take_one and ONE_PLANE == "auto":
         bp = _bands_plan(geo, (oh, ow), (kh, kw), (sh, sw), wd, h, c, True)
         take_one = one[0] <= bp[0] + bp[1] or one[0] <= k.scratch_room()
@@ -736,8 +764,8 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # has that much free at this step in the leanest plan: each input converted
     # once, 4 channels at a time; written over its input with no lag (a
     # group's outputs replace inputs already in its planes)
-    whole = (not take_one and one is not None and ONE_PLANE == "auto" and 4 * one[0] <= WHOLE_MAX
-             and 2 * 4 * one[0] <= k.scratch_free())
+    whole = pin or (not take_one and one is not None and ONE_PLANE == "auto" and 4 * one[0] <= WHOLE_MAX
+                    and 2 * 4 * one[0] <= k.scratch_free())
     if take_one or whole:
         trans, kp, band = one[4], one[1], (oh if not one[4] else ow, one[2])
     else:
@@ -810,7 +838,7 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     # layers: its loops, padding tests and branches cost as much as the conversion):
     # per pair-row holding input rows, (k, byte offset of row 2k, of row 2k + 1 or None)
     cv = []
-    if lines and not take_one:
+    if lines and not take_one and not pin:
         nk = ((lines - 1) * sh + kh + nk_extra) >> 1
         for kk in range(nk):
             ra = [r if 0 <= r < h else None for r in (2 * kk - pt, 2 * kk + 1 - pt)]
@@ -859,10 +887,32 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         pos1[0, 0], pos1[2, 2], pos1[0, 1] = 9, 10, 11
     name = name.replace(f"_kp{kp}", f"_u{ow}x{cl_out[1]}{cin_tag}{f'l{lines}' if lines else ''}{xtag}{gtag}{f'f{int(el)}{int(er)}' if el or er else ''}_kp{kp}")
     name += "_one" if take_one else ""
+    fill_w, fill_h = [], []
+    if pin:
+        # the padding cells a line reads (the skipped edge columns' are not: their word 0 holds
+        # the edge sums), the same in every channel's plane
+        nk = ((lb - 1) * sh + kh + nk_extra) >> 1
+        for col in range(wcols):
+            if col in skip:
+                continue
+            data = lf <= col < lf + nc
+            for kk in range(nk):
+                out = [not (data and 0 <= r < h) for r in (2 * kk - pt, 2 * kk + 1 - pt)]
+                if all(out):
+                    fill_w.append(col * kp + kk)
+                else:
+                    fill_h += [2 * (col * kp + kk) + q for q in (0, 1) if out[q]]
+        name += "_pin"
+        lay = dict(kp=kp, plane=plane, lf=lf, pt=pt, h=h, w=wd, c=c, bytes=4 * plane * c)
+        if k.planes_probe == x.name:
+            k.planes_found = lay
+        elif k.planes[x.name] != lay:
+            raise RuntimeError(f"node '{node.name}': its input's planes are not the layout it reads")
     fn = k.kernel("qdw2_dsp", {"name": name, "kh": kh, "kw": kw, "sh": sh, "sw": sw, "kp": kp, "one": take_one,
                                "nk_extra": nk_extra, "plane": plane, "unroll": ow, "lines": lines,
                                "xrun": xrun, "xunroll": ow * xrun <= XRUN_UNROLL, "rout": cl_out[0],
                                "xr": xr, "xb": xb, "xnr": 3 if srows is not None else 2,
+                               "pin": pin, "fill_w": fill_w, "fill_h": fill_h,
                                "xn": int(xr) + int(xb) + int(xr and xb),
                                "cin": cl_in[1], "cv": cv, "lf": lf, "nc": nc,
                                "cout": cl_out[1], "chunk": chunk,
@@ -894,7 +944,9 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
             rec = np.concatenate([rec, xrun_folds(rec, w2, int(p.x_zp), srows is not None, xr, xb)])
         rsym = k.const(rec, f"{node.name}_rq_dw2")
     gsym = k.const(np.array([vals[f] for f in FIELDS], np.int32), "qdw2_dsp_geo")
-    if take_one:
+    if pin:
+        pass           # (planes: no order, the output is not written over them)
+    elif take_one:
         rows_read = np.zeros(h, bool)
         rows_read[max(0, -pt):max(0, min(h, -pt + 2 * (((oh - 1) * sh + kh + nk_extra) >> 1)))] = True
         cols_read = np.zeros(wd, bool)
@@ -908,5 +960,6 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         k.order(0, lambda: windows.bands(geo.n, h, wd, oh, ow, c, lb, sh, pt, kh, nk_extra, cl_in[0], cl_in[1],
                                          cl_out[0], cl_out[1], what=f"qdw2_dsp: bands of {lb} lines"
                                          + (" (columns)" if trans else "")))
-    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {k.scratch_buf((4 if take_one else 16) * plane, 'int32_t')});")
+    buf = k.ptr(x, "int32_t") if pin else k.scratch_buf((4 if take_one else 16) * plane, 'int32_t')
+    k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {wsym}, {rsym}, {gsym}, {buf});")
     return True

@@ -24,6 +24,15 @@ def _align(n: int, a: int = ALIGN) -> int:
     return (n + a - 1) // a * a
 
 
+def nbytes(g: Graph, t: str) -> int:
+    """Arena bytes of run-time tensor t: its own, or those of the layout a
+    kernel stores it in (g.store_bytes, set by each codegen lowering: a
+    pointwise layer writing its output as its depthwise consumer's int16
+    channel planes, isa/dsp_dw.py)."""
+    sb = getattr(g, "store_bytes", None)
+    return int(sb[t]) if sb and t in sb else g.tensors[t].nbytes
+
+
 @dataclass
 class Buffer:
     name: str            # root tensor name, or "scratch:<node>"
@@ -213,9 +222,9 @@ def buffers(g: Graph, scratch: dict[str, int] | None = None, orders: dict | None
         for t in ms:
             rel[t] = rel.get(t, 0) - base
         if all(rel[t] == 0 for t in ms):
-            bufs.append(Buffer(r, _align(max(g.tensors[t].nbytes for t in ms)), first[r], last[r], ALIGN, sorted(ms)))
+            bufs.append(Buffer(r, _align(max(nbytes(g, t) for t in ms)), first[r], last[r], ALIGN, sorted(ms)))
             continue
-        pcs = tuple(sorted((rel[t], _align(g.tensors[t].nbytes), max(life[t][0], first[r]), life[t][1])
+        pcs = tuple(sorted((rel[t], _align(nbytes(g, t)), max(life[t][0], first[r]), life[t][1])
                            for t in ms))
         size = max(a + n for a, n, _, _ in pcs)
         bufs.append(Buffer(r, _align(size), first[r], last[r], ALIGN, sorted(ms), pcs,
@@ -242,6 +251,8 @@ def _window_alias(g, n, i, orders, root, groups, rel, life, outputs, preserve_in
         src = g.tensors[t]
         if src.is_const or t not in root or n.inputs.count(t) != 1 or not out.nbytes or not src.nbytes:
             continue
+        if nbytes(g, t) != src.nbytes or nbytes(g, out.name) != out.nbytes:
+            continue       # stored in a kernel's own layout (planes): the orders model NHWC bytes
         if max(out.nbytes, src.nbytes) > limits.MAX_WINDOW_BYTES:
             continue       # the orders hold 8 B per byte and the search grows with the square of the size
         r = root[t]
@@ -255,8 +266,8 @@ def _window_alias(g, n, i, orders, root, groups, rel, life, outputs, preserve_in
             order = order()
             orders[k] = (idx, variant, order)
         at = rel.get(t, 0)
-        ext = (min(rel.get(m, 0) for m in group), max(rel.get(m, 0) + g.tensors[m].nbytes for m in group))
-        blocked = [(rel.get(m, 0), rel.get(m, 0) + g.tensors[m].nbytes) for m in group
+        ext = (min(rel.get(m, 0) for m in group), max(rel.get(m, 0) + nbytes(g, m) for m in group))
+        blocked = [(rel.get(m, 0), rel.get(m, 0) + nbytes(g, m)) for m in group
                    if m not in same and life[m][1] >= i]
         delta = best_delta(order, ALIGN) if tight else best_delta(order, ALIGN, at, ext, blocked)
         if delta is None:
@@ -303,6 +314,8 @@ def _inplace_input(g, n, i, root, group_read, group_out) -> str | None:
         src = g.tensors[t]
         if src.nbytes != out.nbytes or src.dtype != out.dtype:
             continue
+        if nbytes(g, t) != src.nbytes or nbytes(g, out.name) != out.nbytes:
+            continue
         r = root[t]
         if r in g.inputs or group_out[r]:
             continue
@@ -348,7 +361,7 @@ def plan(g: Graph, algorithm: str = "auto", scratch: dict[str, int] | None = Non
         scratch_size=scratch,
         tried=sizes,
         tensor_life=lifetimes(g),
-        tensor_bytes={t: g.tensors[t].nbytes for t in root},
+        tensor_bytes={t: nbytes(g, t) for t in root},
         aliases=aliases,
         no_alias_bound=no_alias,
         variants={a["node"]: a["variant"] for a in aliases if a["variant"]},
@@ -410,5 +423,5 @@ def _extent(records, offsets) -> int:
     return max((off + r[0] for r, off in zip(records, offsets)), default=0)
 
 
-__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "gaps", "lifetimes", "lower_bound", "overlaps", "plan", "profile",
-           "room"]
+__all__ = ["ALGORITHMS", "Buffer", "Plan", "buffers", "gaps", "lifetimes", "lower_bound", "nbytes", "overlaps", "plan",
+           "profile", "room"]
