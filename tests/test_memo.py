@@ -77,3 +77,46 @@ def test_fit_remembered_equals_fit_solved():
     assert direct is not None
     assert dsp_dw._fit(want, bot, top, 12, m2) == direct
     assert dsp_dw._fit(want.copy(), bot, top, 12, m2.copy()) == direct
+
+
+def _fit_whole(want, bot, top, e, m2):
+    """dsp_dw._fit's definition over the whole multiplier range at once
+    (the first m, in the order given, with a feasible n), in Python
+    integers: n >= q 2^e - floor(T_q m / 2^24) where level q is reached
+    inside [bot, top], n <= q 2^e - floor((T_q - 1) m / 2^24) - 1 where it
+    is not reached at or below T_q - 1; n within +-2^30."""
+    for m in (int(v) for v in m2):
+        if not 0 < m < 2 ** 31:
+            continue
+        lo, hi = -(2 ** 30) + 1, 2 ** 62
+        for q, t in zip(range(-127, 128), (int(v) for v in want)):
+            if t <= top:
+                lo = max(lo, (q << e) - ((t * m) >> 24))
+            if t > bot:
+                hi = min(hi, (q << e) - (((t - 1) * m) >> 24) - 1)
+        if lo <= hi and lo < 2 ** 30:
+            return m, lo
+    return None
+
+
+def test_fit_in_chunks_equals_whole_range():
+    """dsp_dw._fit tries its multipliers in chunks, nearest first: the same
+    answer as the whole range in Python integers, for channels fitted by
+    their first multiplier, by a later one and by none (shifts coarser
+    than the channel's own by d bits, acc ranges up to +-2^20)."""
+    rng = np.random.RandomState(0)
+    span = dsp_conv.nearest_first(dsp_dw.FIT_SPAN)
+    kinds = {"first": 0, "later": 0, "none": 0}
+    for _ in range(16):
+        mult = int(rng.randint(2 ** 30, 2 ** 31 - 1))
+        e, yzp = int(rng.randint(8, 20)), int(rng.randint(-128, 0))
+        r = int(rng.choice([2 ** 12, 2 ** 16, 2 ** 20]))
+        acc = np.arange(-r, r + 1, dtype=np.int64)
+        v = dsp_dw.requant_dw(acc, mult, e, yzp, corr=False)
+        want = -r + np.searchsorted(v, np.arange(-127, 128, dtype=np.int64), side="left")
+        for d in (0, 4, 8, 12):
+            m2 = (mult >> d) + span
+            got = dsp_dw._fit.__wrapped__(want, -r, r, e + 7 - d, m2)
+            assert got == _fit_whole(want, -r, r, e + 7 - d, m2)
+            kinds["none" if got is None else "first" if got[0] == int(m2[0]) else "later"] += 1
+    assert all(kinds.values()), kinds

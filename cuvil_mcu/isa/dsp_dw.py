@@ -415,6 +415,7 @@ def scaled_plan(w2, fold, tab, yzp, lo, hi):
 
 
 FIT_SPAN = 512            # multipliers tried either side of mult >> d by one_shift
+FIT_CHUNKS = ((0, 1), (1, 16), (16, None))   # _fit's slices of its nearest-first multipliers
 
 
 @memo.solver
@@ -428,11 +429,20 @@ def _fit(want, bot, top, e, m2):
     base = np.arange(-127, 128, dtype=np.int64) << e
     m2 = m2[(m2 > 0) & (m2 < 2 ** 31)]
     ge, lt = want <= top, want > bot
-    lo_n = (base[ge][None, :] - ((want[ge][None, :] * m2[:, None]) >> 24)).max(axis=1, initial=-2 ** 62)
-    hi_n = (base[lt][None, :] - (((want[lt] - 1)[None, :] * m2[:, None]) >> 24) - 1).min(axis=1, initial=2 ** 62)
-    n2 = np.maximum(lo_n, -(2 ** 30) + 1)
-    ok = np.flatnonzero((n2 <= hi_n) & (n2 < 2 ** 30))
-    return None if not ok.size else (int(m2[ok[0]]), int(n2[ok[0]]))
+    bg, wg, bl, wl = base[ge][None, :], want[ge][None, :], base[lt][None, :], (want[lt] - 1)[None, :]
+    # the m in growing chunks, nearest first (the first m fits for ~99 % of channels: person_detect's
+    # 25,144 questions): the same first fit as the whole range at once, a fraction of the work
+    for a, b in FIT_CHUNKS:
+        m = m2[a:b, None]
+        if not m.size:
+            break
+        lo_n = (bg - ((wg * m) >> 24)).max(axis=1, initial=-2 ** 62)
+        hi_n = (bl - ((wl * m) >> 24) - 1).min(axis=1, initial=2 ** 62)
+        n2 = np.maximum(lo_n, -(2 ** 30) + 1)
+        ok = np.flatnonzero((n2 <= hi_n) & (n2 < 2 ** 30))
+        if ok.size:
+            return int(m[ok[0], 0]), int(n2[ok[0]])
+    return None
 
 
 NARROW = 2 ** 18          # most acc values of a channel narrow_rows solves for (its range evaluated whole)
