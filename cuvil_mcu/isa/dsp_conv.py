@@ -1023,13 +1023,25 @@ def emit_pw(node, x, outs, k, p, wpad, pairs, folded, table, corr: bool, nkp: in
     NKP_UNROLL_PW) keep xe on the stack and y0 in a register, and store the
     second pixel at y0 + m (one kernel per m); up to 2 NKP_UNROLL_PW_X K
     stays unrolled with xe in the arena (read at immediate offsets, the _x
-    kernels, also per m); past that K runs in a loop of
+    kernels, also per m: the pair's split unrolled at immediate offsets, xe's
+    pointer reloaded inside each block's bias-load run); past that K runs in a loop of
     PW_LOOP K-pairs a turn (one end test per 32 K-pairs), entered once per
     block at the step (nkp - 1) % PW_LOOP leaves, and the scaled kernels
     with one shift store at y0 + m too (per m: no y1 to reload and store,
     two rows a LDM). Same read/write orders as
     qconv2_dsp (pixel pairs from the first up, or from the last down: rev;
-    the odd pixel first from the last down, last from the first up)."""
+    the odd pixel first from the last down, last from the first up).
+
+    Where the M4 cycles of a block of 8 outputs go past the K loop (15 per
+    K-pair; sl kernels, K unrolled, two blocks a turn): 8 SUB/LSL (hi T - S,
+    lo S << 8), 2 LDM of 3 rows (8), 8 SMMLA, 8 SSAT, 8 STRB/STRH, the 4
+    biases (a run with the first K-pair's loads: 5), the end test every
+    second block (LDR, CMP, BNE: ~5). Every run of loads costs one cycle
+    more than its loads (as a LDM), so merging the next block's biases into
+    the second rows' LDM saves nothing on the M4. Starting S from 0 (no S
+    bias loads) needs the lo channels' rows solved anew for acc less its
+    bias: dsp_dw._fit finds no exact row for ~5-25 % of VWW's lo channels
+    within FIT_SPAN, so a layer-wide kernel cannot take it."""
     m = vals["m_n"]
     # 256 acc into SMMLA (hi: T - S, without the add of its bias; lo: S << 8) where the
     # sign fix is not needed and 256 acc fits int32
