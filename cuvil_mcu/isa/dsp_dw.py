@@ -761,7 +761,9 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     one = _one_plane(geo, (oh, ow), (kh, kw), (sh, sw), (pt, pl), c, wd, h)
     # the input stored as every channel's planes by its producer (emit_pw's planes store; planes_layout)
     pin = k.planes_in(x)
-    if pin and not (PLANES_IN and geo.n == 1 and one is not None and not one[4] and sh == sw == 1
+    # (stride 2 3x3: a tiled region's band of x runs, ops/tiled.py's band planes)
+    if pin and not (PLANES_IN and geo.n == 1 and one is not None and not one[4]
+                    and (sh == sw == 1 or (sh == sw == 2 and kh == kw == 3 and XRUN and oh >= 2))
                     and 4 * one[3] * c <= PLANES_MAX):
         if x.name in k.planes:
             raise RuntimeError(f"node '{node.name}': its input is stored as planes it cannot read")
@@ -902,12 +904,18 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         # the padding cells a line reads (the skipped edge columns' are not: their word 0 holds
         # the edge sums), the same in every channel's plane
         nk = ((lb - 1) * sh + kh + nk_extra) >> 1
+        # rows a line reads (x runs: the folded last row not; the folded right column's only
+        # word 0, which holds the folds)
+        nread = (lb - 1) * sh + kh - int(bool(xb)) if xrun else 2 * nk
         for col in range(wcols):
-            if col in skip:
+            if col in skip or (xrun and xr and col == wcols - 1):
                 continue
             data = lf <= col < lf + nc
             for kk in range(nk):
-                out = [not (data and 0 <= r < h) for r in (2 * kk - pt, 2 * kk + 1 - pt)]
+                out = [not (data and 0 <= r < h) and 2 * kk + q < nread
+                       for q, r in enumerate((2 * kk - pt, 2 * kk + 1 - pt))]
+                if not any(out):
+                    continue
                 if all(out):
                     fill_w.append(col * kp + kk)
                 else:
