@@ -761,9 +761,11 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     one = _one_plane(geo, (oh, ow), (kh, kw), (sh, sw), (pt, pl), c, wd, h)
     # the input stored as every channel's planes by its producer (emit_pw's planes store; planes_layout)
     pin = k.planes_in(x)
-    # (stride 2 3x3: a tiled region's band of x runs, ops/tiled.py's band planes)
+    # (stride 2 3x3: only a tiled region's band of x runs, ops/tiled.py's band planes; not a
+    # graph node, whose producer's planes store, dsp_conv.emit_pw, is not tested with them)
+    band = pin and not any(n is k.node for n in k.graph.nodes)
     if pin and not (PLANES_IN and geo.n == 1 and one is not None and not one[4]
-                    and (sh == sw == 1 or (sh == sw == 2 and kh == kw == 3 and XRUN and oh >= 2))
+                    and (sh == sw == 1 or (band and sh == sw == 2 and kh == kw == 3 and XRUN and oh >= 2))
                     and 4 * one[3] * c <= PLANES_MAX):
         if x.name in k.planes:
             raise RuntimeError(f"node '{node.name}': its input is stored as planes it cannot read")
