@@ -154,7 +154,12 @@ takes them only where they fit the leanest plan's free arena at both steps
 (M4): the 6x6x128 layers 74.0 -> 65.4 k est. cycles (conversion ~10.2 k,
 fill ~1.5 k), their producers +1.3 k (a call per output row, halfword
 stores at plane offsets, an ADD per 2 blocks): 8,879,577 -> 8,842,334;
-MobileNetV2 14,433,392 -> 14,372,529; arena unchanged.
+MobileNetV2 14,433,392 -> 14,372,529; arena unchanged. Also stride-2 3x3 x
+runs of a tiled region's band (ops/tiled.py's band planes, one band of the
+node's lines: lb == oh): the fill leaves out the rows no line reads (the
+last pair-row's high half, the folded bottom row) and the folded right
+column (its word 0 holds the xr fold); not for graph nodes (emit_pw's
+planes store is untested with them).
 
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte

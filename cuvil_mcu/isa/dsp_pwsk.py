@@ -42,6 +42,14 @@ changes no output: dsp_conv.requant_fast2), every e in 1..31.
 Pair loop: x on the stack (the first input load moves it on; loaded with
 the end in one run at the loop's end), the end at y's last value.
 
+Planes store (ops/tiled.py's band planes: k.planes[y] = {kp, plane,
+row0}): each output row is one call whose outputs are halfwords at plane
+offsets (channel ch at ch 4 plane bytes, pixel B one column = 4 kp bytes
+on, the row's cell 2 row bytes into the column), STRH's 4,095-byte
+immediate kept by ADDW bumps (at most 4,092) within a pair, taken back by
+SUBW at the loop's end; the C fallback stores them by memcpy. Same cycles
+as the byte stores but ~2 a pair for the bumps.
+
 Order: pixel pairs from the first up, an odd last pixel alone last (its
 input copied twice into arena scratch, its output copied back), or ("rev")
 the odd last pixel first, then the pairs from the last down: the orders

@@ -40,6 +40,28 @@ each: its peak is another step, the region's area ends at 29,312): 3-row
 bands 653,450, 2-row 677,428 est. cycles (the halo row converted in more
 bands, ~2.4 k and ~3.8 k a band of calls and set-up): planes at KP 3 (no
 arena growth) would then come to ~-30 k, at KP 4 ~-55 k.
+
+Done at KP 3 (PLANES, _planes_emit; no arena growth): a two-layer region
+whose depthwise is 3x3 stride 2 runs in bands of PLANES_BAND = 2 output
+rows on 16 planes of 148 words (9,472 B, the area's only buffer: 10,880 B
+before); the pointwise (dsp_pwsk, k.planes[y] = kp, plane, row0) stores
+each band row r at byte 2 r of every plane column (one call a row, STRH at
+ch 592 and ch 592 + 12, ADDW 4,092 before channels 7 and 14, SUBW at the
+loop's end), the x runs (dsp_dw "_pin", stride 2 allowed for a region band
+only) read them, filling no cell (the right padding column's word 0 holds
+the xr fold, the last band's padding row is folded, xb). The kept row is
+word 2's copy into word 0 per plane and column (its high half is the band's
+next row: the pointwise rewrites it), unrolled 8 loads then 8 stores
+(~1.7 k a band; 3 cycles a copy while GCC paired each load with its store).
+The layouts come from a probe of the depthwise's band kernels; a layer
+that does not take them (no DSP, other shapes) leaves the region to the
+int8 bands above. VWW node 2 (M4) 645,593 -> 607,125 est. cycles (hotspots:
+the pointwise ~433 k as before, x runs ~134 k incl. 12 x 16 per-channel
+set-ups of ~193 cycles, halo copies ~19 k, conversion 0); total 8,842,334
+-> 8,803,303 (node 1 +1.4 k: the new plan leaves its depthwise KP 5
+instead of 6); M7 7,082,160 -> 7,058,273, M33 8,845,085 -> 8,805,991;
+arena 29,408 B unchanged; MobileNetV2, KWS, IC, AD, person_detect headers
+byte-identical (no such region).
 """
 from __future__ import annotations
 
