@@ -51,14 +51,15 @@ loop's end), the x runs (dsp_dw "_pin", stride 2 allowed for a region band
 only) read them, filling no cell (the right padding column's word 0 holds
 the xr fold, the last band's padding row is folded, xb). The kept row is
 word 2's copy into word 0 per plane and column (its high half is the band's
-next row: the pointwise rewrites it), unrolled 8 loads then 8 stores
-(~1.7 k a band; 3 cycles a copy while GCC paired each load with its store).
+next row: the pointwise rewrites it), unrolled HALO_BATCH = 4 loads then 4
+stores (~1.8 k a band; 3 cycles a copy while GCC paired each load with its
+store; batches of 8: -1 k est. cycles but model_run's stack 388 -> 404 B).
 The layouts come from a probe of the depthwise's band kernels; a layer
 that does not take them (no DSP, other shapes) leaves the region to the
-int8 bands above. VWW node 2 (M4) 645,593 -> 607,125 est. cycles (hotspots:
+int8 bands above. VWW node 2 (M4) 645,593 -> 608,082 est. cycles (hotspots:
 the pointwise ~433 k as before, x runs ~134 k incl. 12 x 16 per-channel
 set-ups of ~193 cycles, halo copies ~19 k, conversion 0); total 8,842,334
--> 8,803,303 (node 1 +1.4 k: the new plan leaves its depthwise KP 5
+-> 8,804,258 (node 1 +1.4 k: the new plan leaves its depthwise KP 5
 instead of 6); M7 7,082,160 -> 7,058,273, M33 8,845,085 -> 8,805,991;
 arena 29,408 B unchanged; MobileNetV2, KWS, IC, AD, person_detect headers
 byte-identical (no such region).
@@ -77,6 +78,7 @@ from .base import Op, register
 OP_TYPE = "cuvil.TiledRegion"
 PLANES = True        # a pointwise -> stride-2 3x3 depthwise region in bands of PLANES_BAND rows on int16 planes
 PLANES_BAND = 2
+HALO_BATCH = 4       # the halo copy's loads in a row before their stores (model_run's registers)
 
 
 @dataclass
@@ -347,10 +349,10 @@ def _planes_emit(self, node, ins, outs, k, r):
             # (a plane's columns unrolled: loads and stores at immediate offsets, ~2.5 cycles a copy)
             k.line(f"{{ int32_t *q = (int32_t *)(a + {base}u); unsigned hc; "
                    f"for (hc = 0u; hc < {c}u; ++hc, q += {plane}) {{")
-            # (8 loads, then 8 stores: back-to-back loads pipeline on the M4, N + 1 cycles; the empty
+            # (HALO_BATCH loads, then their stores: back-to-back loads pipeline on the M4, N + 1 cycles; the empty
             # asm keeps GCC from pairing each load with its store, 3 cycles a copy)
-            for j0 in range(0, w, 8):
-                js = range(j0, min(w, j0 + 8))
+            for j0 in range(0, w, HALO_BATCH):
+                js = range(j0, min(w, j0 + HALO_BATCH))
                 k.line("    { " + " ".join(f"const int32_t h{j - j0} = q[{j * kp + m.src // 2}];" for j in js))
                 k.line("#if defined(__GNUC__)")
                 k.line('    __asm__ volatile("" ::: "memory");')
