@@ -320,6 +320,8 @@ def _planes_emit(self, node, ins, outs, k, r):
         if took is None:
             return False
         scratch[st.layer] = max(scratch[st.layer], took["scratch"])
+    # (the region runs in these bands: its schedule, summary and --plan-out say so)
+    r.band = PLANES_BAND
     al = [-(-v // 16) * 16 for v in (pbytes,) + tuple(scratch)]
     area = sum(al)
     k.scratch_buf(area)
