@@ -114,3 +114,15 @@ def test_planes_left_out_give_the_same_outputs(monkeypatch):
     assert "(int16 planes)" in c1.header and "(int16 planes)" not in c0.header and "_pin(" not in c0.header
     assert c1.plan.arena_size <= c0.plan.arena_size
     np.testing.assert_array_equal(run_host(c1, feeds)[0], run_host(c0, feeds)[0])
+
+
+def test_pointwise_refusing_leaves_no_planes(monkeypatch):
+    """A pointwise that does not take the planes (dsp_pwsk.PLANES_OUT off): the
+    region runs its int8 bands, the depthwise probes' "_pin" kernels are not left
+    in the header (a static function unused: -Werror), the outputs exact."""
+    from cuvil_mcu.isa import dsp_pwsk
+    monkeypatch.setattr(dsp_pwsk, "PLANES_OUT", False)
+    model, feeds, c, whole = _compile(3)
+    assert "(int16 planes)" not in c.header and "_pin" not in c.header and "_h592" not in c.header
+    ref = reference.run(whole.graph, feeds)
+    np.testing.assert_array_equal(np.asarray(run_host(c, feeds)[0]).reshape(ref["y1"].shape), ref["y1"])

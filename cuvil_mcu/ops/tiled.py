@@ -231,7 +231,25 @@ class TiledRegion(Op):
                 k.line("} }")
 
 
+_SNAP = ("kernels", "consts", "_const_by_key", "_variant_seen", "half_symbols", "isa_used")
+
+
 def _planes_emit(self, node, ins, outs, k, r):
+    """_planes_try, the emitter's kernels and constants as they were where it
+    says False (its probes' kernels must not stay in the header unused)."""
+    snap = {f: getattr(k, f).copy() for f in _SNAP if hasattr(k, f)}
+    n0 = len(k.body)
+    if _planes_try(self, node, ins, outs, k, r):
+        return True
+    for f, v in snap.items():
+        d = getattr(k, f)
+        d.clear()
+        d.update(v)
+    del k.body[n0:]
+    return False
+
+
+def _planes_try(self, node, ins, outs, k, r):
     """The region's pointwise layer stores its band rows straight into the
     depthwise's int16 channel planes (dsp_pwsk's planes store, dsp_dw's
     "_pin" x runs): bands of PLANES_BAND output rows, the planes the area's
