@@ -154,7 +154,12 @@ takes them only where they fit the leanest plan's free arena at both steps
 (M4): the 6x6x128 layers 74.0 -> 65.4 k est. cycles (conversion ~10.2 k,
 fill ~1.5 k), their producers +1.3 k (a call per output row, halfword
 stores at plane offsets, an ADD per 2 blocks): 8,879,577 -> 8,842,334;
-MobileNetV2 14,433,392 -> 14,372,529; arena unchanged.
+MobileNetV2 14,433,392 -> 14,372,529; arena unchanged. Also stride-2 3x3 x
+runs of a tiled region's band (ops/tiled.py's band planes, one band of the
+node's lines: lb == oh): the fill leaves out the rows no line reads (the
+last pair-row's high half, the folded bottom row) and the folded right
+column (its word 0 holds the xr fold); not for graph nodes (emit_pw's
+planes store is untested with them).
 
 Flash: kh kw + 8 bytes per channel (17 for 3x3; the ONNX model's own
 int8 taps, int32 bias and float scale are 17 too). Taps as int8 in the byte
@@ -761,7 +766,11 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
     one = _one_plane(geo, (oh, ow), (kh, kw), (sh, sw), (pt, pl), c, wd, h)
     # the input stored as every channel's planes by its producer (emit_pw's planes store; planes_layout)
     pin = k.planes_in(x)
-    if pin and not (PLANES_IN and geo.n == 1 and one is not None and not one[4] and sh == sw == 1
+    # (stride 2 3x3: only a tiled region's band of x runs, ops/tiled.py's band planes; not a
+    # graph node, whose producer's planes store, dsp_conv.emit_pw, is not tested with them)
+    band = pin and not any(n is k.node for n in k.graph.nodes)
+    if pin and not (PLANES_IN and geo.n == 1 and one is not None and not one[4]
+                    and (sh == sw == 1 or (band and sh == sw == 2 and kh == kw == 3 and XRUN and oh >= 2))
                     and 4 * one[3] * c <= PLANES_MAX):
         if x.name in k.planes:
             raise RuntimeError(f"node '{node.name}': its input is stored as planes it cannot read")
@@ -902,12 +911,18 @@ def emit(node, x, wk, folded, outs, k, p, mode, mult, second, sat) -> bool:
         # the padding cells a line reads (the skipped edge columns' are not: their word 0 holds
         # the edge sums), the same in every channel's plane
         nk = ((lb - 1) * sh + kh + nk_extra) >> 1
+        # rows a line reads (x runs: the folded last row not; the folded right column's only
+        # word 0, which holds the folds)
+        nread = (lb - 1) * sh + kh - int(bool(xb)) if xrun else 2 * nk
         for col in range(wcols):
-            if col in skip:
+            if col in skip or (xrun and xr and col == wcols - 1):
                 continue
             data = lf <= col < lf + nc
             for kk in range(nk):
-                out = [not (data and 0 <= r < h) for r in (2 * kk - pt, 2 * kk + 1 - pt)]
+                out = [not (data and 0 <= r < h) and 2 * kk + q < nread
+                       for q, r in enumerate((2 * kk - pt, 2 * kk + 1 - pt))]
+                if not any(out):
+                    continue
                 if all(out):
                     fill_w.append(col * kp + kk)
                 else:

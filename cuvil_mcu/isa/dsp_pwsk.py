@@ -42,6 +42,14 @@ changes no output: dsp_conv.requant_fast2), every e in 1..31.
 Pair loop: x on the stack (the first input load moves it on; loaded with
 the end in one run at the loop's end), the end at y's last value.
 
+Planes store (ops/tiled.py's band planes: k.planes[y] = {kp, plane,
+row0}): each output row is one call whose outputs are halfwords at plane
+offsets (channel ch at ch 4 plane bytes, pixel B one column = 4 kp bytes
+on, the row's cell 2 row bytes into the column), STRH's 4,095-byte
+immediate kept by ADDW bumps (at most 4,092) within a pair, taken back by
+SUBW at the loop's end; the C fallback stores them by memcpy. Same cycles
+as the byte stores but ~2 a pair for the bumps.
+
 Order: pixel pairs from the first up, an odd last pixel alone last (its
 input copied twice into arena scratch, its output copied back), or ("rev")
 the odd last pixel first, then the pairs from the last down: the orders
@@ -61,6 +69,7 @@ MAX_M16 = 32   # the same for K = 16 (~130 B of code each, 8 B of stack for the 
 # cores where K = 16 stays on pwblk (the M7 no longer: with the words in literal pools VWW's
 # 24x24 16 -> 32 layer takes 276,222 est. cycles there in two chunks against pwblk's 333,839)
 NO_CHUNKS = ("cortex-m85",)
+PLANES_OUT = True   # store as int16 channel planes where ops/tiled.py asks (k.planes)
 
 
 def requant(acc, mult, e, nudge) -> np.ndarray:
@@ -206,21 +215,36 @@ def emit(node, x, outs, k, p, wr, folded, mode, table, sat: bool) -> bool:
     es = [r[1] for _, r in rws]
     fs = [int(f) for f, _ in rws]
     npx, nb = oh * ow, geo.n
-    rev = k.variant() == "rev"
+    # the output stored as int16 channel planes (a tiled region's band buffer: ops/tiled.py sets
+    # k.planes[y] = {kp, plane (words), row0: the band's first row in the planes}): one call a row
+    pl = k.planes.get(outs[0].name) if PLANES_OUT else None
+    if pl is not None and (nb != 1 or ow % 2 or "row0" not in pl):
+        return False
+    rev = k.variant() == "rev" and pl is None
     words = [int(w) for w in st.astype(np.int32)]   # in the kernel's code (its literal pools): the name carries them
     tag = hashlib.sha1(repr((c, m, es, fs, scaled, words)).encode()).hexdigest()[:10]
     k.kernel("requant_fixed")     # (intrin_dsp's helpers come after it, as qconv2_dsp's)
     k.kernel("intrin_dsp")
     k.kernel("intrin_conv_dsp")
-    name = f"k{c}_m{m}_{tag}" + ("_rev" if rev else "")
+    pb = 4 * pl["plane"] if pl else 0
+    name = f"k{c}_m{m}_{tag}" + ("_rev" if rev else "") + (f"_h{pb}k{pl['kp']}" if pl else "")
     fn = k.kernel("qconv2_pwsk_dsp", {"name": name, "nkp": c // 2, "c": c, "m": m, "es": es, "fs": fs,
                                          "scaled": scaled, "sbytes": 4 * len(st), "rev": rev,
-                                         "kc": kc, "frame": 12 + (8 * m if c // 2 > kc else 0), "words": words})
+                                         "kc": kc, "frame": 12 + (8 * m if c // 2 > kc else 0), "words": words,
+                                         "pb": pb, "pkp": pl["kp"] if pl else 0})
     ssym = k.const(st.reshape(-1).astype(np.int32), f"{node.name}_pwsk")
     # an odd pixel count: the last pixel's input twice and its two outputs in arena scratch
     buf = k.scratch_buf(2 * c + 2 * m, "int8_t") if npx % 2 else "(int8_t *)0"
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, what="qconv2_pwsk_dsp: pixel pairs"))
     k.order(0, lambda: windows.raster(geo, False, group=2, cblock=0, reverse=True,
                                       what="qconv2_pwsk_dsp: pixel pairs from the last down"), "rev")
+    if pl:
+        pl["took"] = True
+        # row r of the band: pair-row r >> 1's word, its high half for odd r, of column 0 of every plane
+        for i in range(oh):
+            r = pl["row0"] + i
+            k.line(f"{fn}((int8_t *){k.ptr(outs[0])} + {4 * (r >> 1) + 2 * (r & 1)}, "
+                   f"(const int8_t *){k.ptr(x)} + {i * ow * c}, {ssym}, 1, {ow}, {buf});")
+        return True
     k.line(f"{fn}({k.ptr(outs[0])}, {k.ptr(x)}, {ssym}, {nb}, {npx}, {buf});")
     return True

@@ -40,6 +40,29 @@ each: its peak is another step, the region's area ends at 29,312): 3-row
 bands 653,450, 2-row 677,428 est. cycles (the halo row converted in more
 bands, ~2.4 k and ~3.8 k a band of calls and set-up): planes at KP 3 (no
 arena growth) would then come to ~-30 k, at KP 4 ~-55 k.
+
+Done at KP 3 (PLANES, _planes_emit; no arena growth): a two-layer region
+whose depthwise is 3x3 stride 2 runs in bands of PLANES_BAND = 2 output
+rows on 16 planes of 148 words (9,472 B, the area's only buffer: 10,880 B
+before); the pointwise (dsp_pwsk, k.planes[y] = kp, plane, row0) stores
+each band row r at byte 2 r of every plane column (one call a row, STRH at
+ch 592 and ch 592 + 12, ADDW 4,092 before channels 7 and 14, SUBW at the
+loop's end), the x runs (dsp_dw "_pin", stride 2 allowed for a region band
+only) read them, filling no cell (the right padding column's word 0 holds
+the xr fold, the last band's padding row is folded, xb). The kept row is
+word 2's copy into word 0 per plane and column (its high half is the band's
+next row: the pointwise rewrites it), unrolled HALO_BATCH = 4 loads then 4
+stores (~1.8 k a band; 3 cycles a copy while GCC paired each load with its
+store; batches of 8: -1 k est. cycles but model_run's stack 388 -> 404 B).
+The layouts come from a probe of the depthwise's band kernels; a layer
+that does not take them (no DSP, other shapes) leaves the region to the
+int8 bands above. VWW node 2 (M4) 645,593 -> 608,082 est. cycles (hotspots:
+the pointwise ~433 k as before, x runs ~134 k incl. 12 x 16 per-channel
+set-ups of ~193 cycles, halo copies ~19 k, conversion 0); total 8,842,334
+-> 8,804,258 (node 1 +1.4 k: the new plan leaves its depthwise KP 5
+instead of 6); M7 7,082,160 -> 7,058,273, M33 8,845,085 -> 8,805,991;
+arena 29,408 B unchanged; MobileNetV2, KWS, IC, AD, person_detect headers
+byte-identical (no such region).
 """
 from __future__ import annotations
 
@@ -53,6 +76,9 @@ from ..planner import tiling
 from .base import Op, register
 
 OP_TYPE = "cuvil.TiledRegion"
+PLANES = True        # a pointwise -> stride-2 3x3 depthwise region in bands of PLANES_BAND rows on int16 planes
+PLANES_BAND = 2
+HALO_BATCH = 4       # the halo copy's loads in a row before their stores (model_run's registers)
 
 
 @dataclass
@@ -118,6 +144,10 @@ class TiledRegion(Op):
     def emit(self, node, ins, outs, k):
         r = region(node)
         s = r.schedule()
+        if PLANES and len(r.nodes) == 2 and r.cache == (True,) and not getattr(k, "planes_probe", None):
+            got = self._emit_planes(node, ins, outs, k, r)
+            if got:
+                return
         last = len(r.nodes) - 1
         tens = {**_tensors(node, ins), outs[0].name: outs[0]}
         layers = [_layer(n, tens) for n in r.nodes]
@@ -199,6 +229,172 @@ class TiledRegion(Op):
             if loop:
                 k.body[n0:] = ["    " + ln for ln in k.body[n0:]]
                 k.line("} }")
+
+
+_SNAP = ("kernels", "consts", "_const_by_key", "_variant_seen", "half_symbols", "isa_used")
+
+
+def _planes_emit(self, node, ins, outs, k, r):
+    """_planes_try, the emitter's kernels and constants as they were where it
+    says False (its probes' kernels must not stay in the header unused)."""
+    snap = {f: getattr(k, f).copy() for f in _SNAP if hasattr(k, f)}
+    n0 = len(k.body)
+    if _planes_try(self, node, ins, outs, k, r):
+        return True
+    for f, v in snap.items():
+        d = getattr(k, f)
+        d.clear()
+        d.update(v)
+    del k.body[n0:]
+    return False
+
+
+def _planes_try(self, node, ins, outs, k, r):
+    """The region's pointwise layer stores its band rows straight into the
+    depthwise's int16 channel planes (dsp_pwsk's planes store, dsp_dw's
+    "_pin" x runs): bands of PLANES_BAND output rows, the planes the area's
+    only buffer, the kept halo row a word copy per plane and column (its
+    pair-row's low half to pair-row 0's; the high half is rewritten by the
+    band's next row). False (nothing emitted) where a layer's kernel does
+    not take the planes."""
+    s = tiling.schedule(r.rows, PLANES_BAND, r.cache)
+    tens = {**_tensors(node, ins), outs[0].name: outs[0]}
+    layers = [_layer(n, tens) for n in r.nodes]
+    if r.rows[1].s != 2 or r.rows[1].k != 3:
+        return False
+    subs = {}
+
+    def skey(st):
+        return (st.layer, st.c1 - st.c0, r.rows[st.layer].pads(st.c0, st.c1), st.dst_at if st.layer == 0 else 0)
+
+    def sub(st):
+        key = skey(st)
+        if key not in subs:
+            op, nin, nout = layers[st.layer]
+            x, y = nin[0], nout[0]
+            base = f"{node.name}/{st.layer}/{key[1]}r{key[2][0]}{key[2][1]}d{key[3]}"
+            bx = Tensor(base + ":x", (1, st.r1 - st.r0) + tuple(x.shape[2:]), x.dtype, quant=x.quant)
+            by = Tensor(base + ":y", (1, st.c1 - st.c0) + tuple(y.shape[2:]), y.dtype, quant=y.quant)
+            bn = op.band_node(r.nodes[st.layer], nin, nout, st.c0, st.c1, bx, by)
+            subs[key] = (op, bn, [bx] + nin[1:], [by])
+        return subs[key]
+
+    steps = {skey(st): st for b in s.bands for st in b.steps}
+    # the depthwise's layout of every band shape (a probe: its kernel answers when it takes planes)
+    lays = {}
+    for st in steps.values():
+        if st.layer != 1:
+            continue
+        op, bn, bin_, bout = sub(st)
+        n0 = len(k.body)
+        k.planes_probe, k.planes_found = bin_[0].name, None
+        try:
+            with k.band(bn, {bin_[0].name: 0, bout[0].name: 0}):
+                ok = op.emit(bn, bin_, bout, k)
+        finally:
+            k.planes_probe = None
+        del k.body[n0:]
+        if ok is False or k.planes_found is None:
+            return False
+        lays[bin_[0].name] = k.planes_found
+        k.planes_found = None
+    ls = list(lays.values())
+    if any((l["kp"], l["plane"], l["lf"], l["pt"], l["w"], l["c"]) != (ls[0]["kp"], ls[0]["plane"], 0, 0, ls[0]["w"],
+                                                                            ls[0]["c"]) for l in ls):
+        return False
+    kp, plane, c, w = ls[0]["kp"], ls[0]["plane"], ls[0]["c"], ls[0]["w"]
+    pbytes = 4 * plane * c
+    for b in s.bands:
+        for m in b.moves:
+            if m.buf != 0 or m.n != 1 or m.src % 2 or 2 * kp < m.src + 1:
+                return False
+    # every band's pointwise rows must be whole pair-rows but the halo (row 0 kept: low half)
+    for b in s.bands:
+        for st in b.steps:
+            if st.layer == 0 and st.dst_at not in (0, 1):
+                return False
+
+    def emit_step(st, xo, yo, at=0, size=None):
+        op, bn, bin_, bout = sub(st)
+        if st.layer == 0:
+            pl = dict(kp=kp, plane=plane, row0=st.dst_at)
+            k.planes[bout[0].name] = pl
+        else:
+            k.planes[bin_[0].name] = lays[bin_[0].name]
+        try:
+            with k.band(bn, {bin_[0].name: xo, bout[0].name: yo}, at, size) as took:
+                ok = op.emit(bn, bin_, bout, k)
+        finally:
+            k.planes.pop(bout[0].name if st.layer == 0 else bin_[0].name, None)
+        if st.layer == 0 and not pl.get("took"):
+            return None
+        return took
+
+    scratch = [0, 0]
+    for st in steps.values():
+        n0 = len(k.body)
+        took = emit_step(st, 0, 0)
+        del k.body[n0:]
+        if took is None:
+            return False
+        scratch[st.layer] = max(scratch[st.layer], took["scratch"])
+    # (the region runs in these bands: its schedule, summary and --plan-out say so)
+    r.band = PLANES_BAND
+    al = [-(-v // 16) * 16 for v in (pbytes,) + tuple(scratch)]
+    area = sum(al)
+    k.scratch_buf(area)
+    base = k.plan.scratch_offset[node.name]
+    scr_at = [(base + al[0], al[1]), (base + al[0] + al[1], al[2])]
+    x_at, y_at = k.plan.tensor_offset[ins[0].name], k.plan.tensor_offset[outs[0].name]
+    k.order(0, lambda: s.order(f"tiled: {len(s.bands)} bands on planes"))
+    if not getattr(k.plan, "probe", False) and hasattr(k.plan, "tiles"):
+        k.plan.tiles[node.name] = _describe(node, r, s, x_at, y_at, base, area, [base], scr_at, ins[0], outs[0])
+    for i0, i1 in s.groups():
+        b = s.bands[i0]
+        loop = i1 > i0
+        nxt = s.bands[i0 + 1] if loop else b
+        rs = [st for st in b.steps if st.layer == 0]
+        rn = [st for st in nxt.steps if st.layer == 0]
+        ys = [st for st in b.steps if st.layer == 1]
+        yn = [st for st in nxt.steps if st.layer == 1]
+        dx = rn[0].r0 - rs[0].r0 if loop and rs else 0
+        dy = yn[0].c0 - ys[0].c0 if loop and ys else 0
+        what = f"band {i0}" if not loop else f"bands {i0}..{i1}"
+        k.line(f"/* {c_comment(node.name)}: {what} of {len(s.bands)} (int16 planes) */")
+        if loop:
+            k.line(f"{{ unsigned bi; for (bi = 0u; bi < {i1 - i0 + 1}u; ++bi) {{")
+        n0 = len(k.body)
+        for m in b.moves:
+            # the kept row (pair-row m.src / 2's low half) to pair-row 0, every plane and column
+            # (a plane's columns unrolled: loads and stores at immediate offsets, ~2.5 cycles a copy)
+            k.line(f"{{ int32_t *q = (int32_t *)(a + {base}u); unsigned hc; "
+                   f"for (hc = 0u; hc < {c}u; ++hc, q += {plane}) {{")
+            # (HALO_BATCH loads, then their stores: back-to-back loads pipeline on the M4, N + 1 cycles; the empty
+            # asm keeps GCC from pairing each load with its store, 3 cycles a copy)
+            for j0 in range(0, w, HALO_BATCH):
+                js = range(j0, min(w, j0 + HALO_BATCH))
+                k.line("    { " + " ".join(f"const int32_t h{j - j0} = q[{j * kp + m.src // 2}];" for j in js))
+                k.line("#if defined(__GNUC__)")
+                k.line('    __asm__ volatile("" ::: "memory");')
+                k.line("#endif")
+                k.line("    " + " ".join(f"q[{j * kp}] = h{j - j0};" for j in js) + " }")
+            k.line("} }")
+        for st in b.steps:
+            ly = r.rows[st.layer]
+            if st.layer == 0:
+                xo, yo = _expr(x_at + st.src_at * ly.row_in, dx * ly.row_in), base
+            else:
+                xo, yo = base, _expr(y_at + st.dst_at * ly.row_out, dy * ly.row_out)
+            at, size = scr_at[st.layer]
+            if emit_step(st, xo, yo, at, size) is None:
+                raise RuntimeError(f"node '{node.name}': a band's pointwise did not take the planes")
+        if loop:
+            k.body[n0:] = ["    " + ln for ln in k.body[n0:]]
+            k.line("} }")
+    return True
+
+
+TiledRegion._emit_planes = _planes_emit
 
 
 def _expr(at: int, step: int):
