@@ -148,8 +148,13 @@ def _patch_lines(g: Graph) -> list[str]:
              f"{extra:+,} MACs ({extra / max(t['macs'], 1):+.1%}) (--plan-out shows the bands; --no-patch: whole layers)"]
     index = {n.name: i for i, n in enumerate(g.nodes)}
     for r in regs:
-        lines.append(f"patches  node {index.get(r['node'], '?')}: {r['halo']}, {r['extra_macs']:+,} MACs, "
-                     f"{r['moved']:,} B of halo rows moved per run (from '{r['layers'][0]}')")
+        # the region as lowered (the planes variant changes the bands and the halo copies)
+        node = g.nodes[index[r['node']]] if r['node'] in index else None
+        reg = node.attrs.get("_region") if node is not None else None
+        halo = reg.describe() if reg is not None else r['halo']
+        moved = reg.moved if reg is not None and reg.moved is not None else r['moved']
+        lines.append(f"patches  node {index.get(r['node'], '?')}: {halo}, {r['extra_macs']:+,} MACs, "
+                     f"{moved:,} B of halo rows moved per run (from '{r['layers'][0]}')")
     if t["note"]:
         lines.append(f"patches  then stopped: {t['note']}")
     return lines

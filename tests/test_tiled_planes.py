@@ -126,3 +126,22 @@ def test_pointwise_refusing_leaves_no_planes(monkeypatch):
     assert "(int16 planes)" not in c.header and "_pin" not in c.header and "_h592" not in c.header
     ref = reference.run(whole.graph, feeds)
     np.testing.assert_array_equal(np.asarray(run_host(c, feeds)[0]).reshape(ref["y1"].shape), ref["y1"])
+
+
+def test_vww_summary_tells_the_planes_bands():
+    """gen's summary of VWW's tiled region as it is lowered on the M4: 12
+    bands of 2 rows (24 output rows), and the halo copies of the planes: one
+    kept row a band after the first, a word (an int16 pair) per channel plane
+    and column of the 48-wide pointwise output: 11 x 16 x 48 x 4 B; the host
+    board keeps the int8 bands the tile pass chose."""
+    import shared_models as sm
+    if not sm.available():
+        pytest.skip("../shared/models not present")
+    lines = compiler.compile_model(str(sm.model_path("vww_mobilenet_v1_025")), board=BOARD).summary().splitlines()
+    node = [ln for ln in lines if ln.startswith("patches  node 2:")]
+    assert len(node) == 1, lines
+    assert "2 layers in 12 bands of 2 rows" in node[0]
+    assert f"{11 * 16 * 48 * 4:,} B of halo rows moved per run" in node[0]
+    host = [ln for ln in compiler.compile_model(str(sm.model_path("vww_mobilenet_v1_025")), board="host")
+            .summary().splitlines() if ln.startswith("patches  node 2:")]
+    assert len(host) == 1 and "12 bands" not in host[0] and "33,792 B" not in host[0], host

@@ -89,6 +89,7 @@ class Region:
     band: int                       # output rows of the last layer per band
     cache: tuple[bool, ...]         # per buffer (layers 0 .. L-2): halo rows kept (else recomputed)
     out: tuple                      # (shape, dtype) of the region's output
+    moved: int | None = None        # bytes of halo copied per run where the lowering knows them (planes)
 
     def schedule(self) -> tiling.Schedule:
         return tiling.schedule(self.rows, self.band, self.cache)
@@ -340,6 +341,7 @@ def _planes_try(self, node, ins, outs, k, r):
         scratch[st.layer] = max(scratch[st.layer], took["scratch"])
     # (the region runs in these bands: its schedule, summary and --plan-out say so)
     r.band = PLANES_BAND
+    r.moved = sum(len(b.moves) for b in s.bands) * c * w * 4      # (a word per plane and column a move)
     al = [-(-v // 16) * 16 for v in (pbytes,) + tuple(scratch)]
     area = sum(al)
     k.scratch_buf(area)
