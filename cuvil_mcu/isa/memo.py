@@ -5,7 +5,8 @@ evaluates (VWW: 7 plans), and each lowering asks the same solvers the same
 questions: dsp_dw._fit (per channel, the multiplier and nudge of one
 shift) and dsp_conv._one_nudge_ok (lo_nudge's level-by-level check) took
 ~44 s of VWW's ~50 s compile for the M4, ~4.5 s when each question is
-answered once. `solver` remembers the answers of such functions within the
+answered once (and much less since _fit tries its nearest multipliers
+first: dsp_dw.FIT_CHUNKS). `solver` remembers the answers of such functions within the
 process, keyed on the arguments' values (arrays by dtype, shape and a
 128-bit BLAKE2b of their bytes), and hands every caller its own copy.
 Only leaf functions of their arguments alone take it: nothing they read
