@@ -184,7 +184,6 @@ def test_lo_nudge_kernels(where, u2, monkeypatch):
     LSB."""
     if where != "host" and not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
-    from test_isa_dsp import run_host
     monkeypatch.setattr(dsp_conv, "UNROLL2_PASSES", 1 if u2 else 10 ** 9)
     model, feeds = build([("conv", (xs, ws, {}), {"per_channel": True}) for xs, ws in SL_LAYERS], seed=47)
     for t in model.graph.initializer:          # the clamp's low end at the zero point: no sign fix, scaled
@@ -200,10 +199,20 @@ def test_lo_nudge_kernels(where, u2, monkeypatch):
                                                                 for n, ev in zip(names, even)], names
     assert any("_k" in n for n in names) and any("_x" in n for n in names), names
     assert any("_k" not in n and "_x" not in n for n in names) and any(n.endswith("_o") for n in names), names
+    exact_and_near_float(c, model, feeds, where)
+
+
+def exact_and_near_float(c, model, feeds, where):
+    """c's outputs on the host (every strict build: gcc / clang C99, C11,
+    C++, -Werror -pedantic; then the run) or on the board where (-Werror):
+    equal to the numpy reference bit for bit, varied, and within 1 LSB of
+    an independent float convolution of each output (test_isa_dsp.
+    float_pointwise)."""
+    from test_isa_dsp import run_host
     g = c.graph
     if where == "host":
         from helpers import run_strict_builds
-        run_strict_builds(c, feeds, exact=True)         # gcc / clang C99, C11, C++, -Werror -pedantic
+        run_strict_builds(c, feeds, exact=True)
         outs = run_host(c, feeds)
     else:
         from cuvil_mcu.sim import qemu

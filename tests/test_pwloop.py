@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
-from cuvil_mcu.isa import dsp_conv, dsp_pwsk
-from test_isa_dsp import build, float_pointwise
+from cuvil_mcu.isa import dsp_pwsk
+from test_dsp_pw import exact_and_near_float
+from test_isa_dsp import build
 
 # (x NCHW, w): K 68, 100, 128 (the _x kernels), 132 (the K loop); pixel counts even and odd
 LAYERS = [((1, 68, 2, 3), (8, 68, 1, 1)), ((1, 100, 3, 1), (8, 100, 1, 1)), ((1, 128, 2, 2), (16, 128, 1, 1)),
@@ -43,7 +43,6 @@ def _kernel(header: str, name: str) -> str:
 def test_x_kernels_split_unrolled(where, sign_fix, monkeypatch):
     if where != "host" and not (shutil.which("qemu-system-arm") and shutil.which("arm-none-eabi-gcc")):
         pytest.skip("needs qemu-system-arm and arm-none-eabi-gcc")
-    from test_isa_dsp import run_host
     monkeypatch.setattr(dsp_pwsk, "MAX_M", 0)
     model, feeds = build([("conv", (xs, ws, {}), {"per_channel": True}) for xs, ws in LAYERS], seed=53)
     if not sign_fix:           # the clamp's low end at the zero point: no sign fix, scaled
@@ -67,20 +66,4 @@ def test_x_kernels_split_unrolled(where, sign_fix, monkeypatch):
         last = "ldr r12, [r1], #4" if where != "qemu-mps2-an500" else (
             "ldm r1!, {r6, r8, r10, r12}" if not sign_fix else "ldrd r8, r12, [r1], #8")
         assert f'"ldr r0, [sp, #8]\\n\\t"\n                    "{last}' in text, n
-    g = c.graph
-    if where == "host":
-        from helpers import run_strict_builds
-        run_strict_builds(c, feeds, exact=True)
-        outs = run_host(c, feeds)
-    else:
-        from cuvil_mcu.sim import qemu
-        outs = qemu.simulate(c, {n: feeds[n] for n in g.inputs}, where, extra_cflags=["-Werror"]).outputs
-    ref = reference.run(g, feeds)
-    for i, (name, o) in enumerate(zip(g.outputs, outs)):
-        o = np.asarray(o).reshape(ref[name].shape)
-        np.testing.assert_array_equal(o, ref[name], err_msg=name)
-        assert np.unique(o).size > 8, name
-        ind = float_pointwise(model, feeds, i)
-        ind = ind if ind.shape == o.shape else ind.transpose(0, 2, 3, 1)
-        d = np.abs(o.astype(np.int64) - ind)
-        assert d.max() <= 1, f"{name}: {int(d.max())} LSB from the independent convolution"
+    exact_and_near_float(c, model, feeds, where)

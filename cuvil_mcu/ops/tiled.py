@@ -156,17 +156,7 @@ class TiledRegion(Op):
 
         def sub(st: tiling.Step):
             """(op, band node, its ins, its outs) for a step's shape."""
-            rows = r.rows[st.layer]
-            key = (st.layer, st.c1 - st.c0, rows.pads(st.c0, st.c1))
-            if key not in subs:
-                op, nin, nout = layers[st.layer]
-                x, y = nin[0], nout[0]
-                base = f"{node.name}/{st.layer}/{key[1]}r{key[2][0]}{key[2][1]}"
-                bx = Tensor(base + ":x", (1, st.r1 - st.r0) + tuple(x.shape[2:]), x.dtype, quant=x.quant)
-                by = Tensor(base + ":y", (1, st.c1 - st.c0) + tuple(y.shape[2:]), y.dtype, quant=y.quant)
-                bn = op.band_node(r.nodes[st.layer], nin, nout, st.c0, st.c1, bx, by)
-                subs[key] = (op, bn, [bx] + nin[1:], [by])
-            return subs[key]
+            return _band_sub(node, r, layers, subs, st, (st.layer, st.c1 - st.c0, r.rows[st.layer].pads(st.c0, st.c1)))
 
         # the kernel scratch of every band shape, measured by emitting it once
         scratch = [0] * len(layers)
@@ -204,16 +194,7 @@ class TiledRegion(Op):
             return xo, yo
 
         for i0, i1 in s.groups():
-            b = s.bands[i0]
-            loop = i1 > i0
-            nxt = s.bands[i0 + 1] if loop else b
-            rs = [st for st in b.steps if st.layer == 0]
-            rn = [st for st in nxt.steps if st.layer == 0]
-            ys = [st for st in b.steps if st.layer == last]
-            yn = [st for st in nxt.steps if st.layer == last]
-            dx = rn[0].r0 - rs[0].r0 if loop and rs else 0
-            dy = yn[0].c0 - ys[0].c0 if loop and ys else 0
-            what = f"band {i0}" if not loop else f"bands {i0}..{i1}"
+            b, loop, dx, dy, what = _band_group(s, i0, i1, last)
             k.line(f"/* {c_comment(node.name)}: {what} of {len(s.bands)} */")
             if loop:
                 k.line(f"{{ unsigned bi; for (bi = 0u; bi < {i1 - i0 + 1}u; ++bi) {{")
@@ -250,6 +231,37 @@ def _planes_emit(self, node, ins, outs, k, r):
     return False
 
 
+def _band_group(s: tiling.Schedule, i0: int, i1: int, last: int):
+    """Bands i0..i1 of the same shapes (one C loop when more than one): the
+    first band, whether they loop, the steps per turn of the region's input
+    rows (dx) and of the last layer's output rows (dy), the comment's words."""
+    b = s.bands[i0]
+    loop = i1 > i0
+    nxt = s.bands[i0 + 1] if loop else b
+    rs = [st for st in b.steps if st.layer == 0]
+    rn = [st for st in nxt.steps if st.layer == 0]
+    ys = [st for st in b.steps if st.layer == last]
+    yn = [st for st in nxt.steps if st.layer == last]
+    dx = rn[0].r0 - rs[0].r0 if loop and rs else 0
+    dy = yn[0].c0 - ys[0].c0 if loop and ys else 0
+    return b, loop, dx, dy, f"band {i0}" if not loop else f"bands {i0}..{i1}"
+
+
+def _band_sub(node, r, layers, subs, st, key, tag=""):
+    """(op, band node, its ins, its outs) for a step's shape, made once per
+    key (layer, rows out, pads, ...) into subs; tag ends the band tensors'
+    names."""
+    if key not in subs:
+        op, nin, nout = layers[st.layer]
+        x, y = nin[0], nout[0]
+        base = f"{node.name}/{st.layer}/{key[1]}r{key[2][0]}{key[2][1]}{tag}"
+        bx = Tensor(base + ":x", (1, st.r1 - st.r0) + tuple(x.shape[2:]), x.dtype, quant=x.quant)
+        by = Tensor(base + ":y", (1, st.c1 - st.c0) + tuple(y.shape[2:]), y.dtype, quant=y.quant)
+        bn = op.band_node(r.nodes[st.layer], nin, nout, st.c0, st.c1, bx, by)
+        subs[key] = (op, bn, [bx] + nin[1:], [by])
+    return subs[key]
+
+
 def _planes_try(self, node, ins, outs, k, r):
     """The region's pointwise layer stores its band rows straight into the
     depthwise's int16 channel planes (dsp_pwsk's planes store, dsp_dw's
@@ -270,15 +282,7 @@ def _planes_try(self, node, ins, outs, k, r):
 
     def sub(st):
         key = skey(st)
-        if key not in subs:
-            op, nin, nout = layers[st.layer]
-            x, y = nin[0], nout[0]
-            base = f"{node.name}/{st.layer}/{key[1]}r{key[2][0]}{key[2][1]}d{key[3]}"
-            bx = Tensor(base + ":x", (1, st.r1 - st.r0) + tuple(x.shape[2:]), x.dtype, quant=x.quant)
-            by = Tensor(base + ":y", (1, st.c1 - st.c0) + tuple(y.shape[2:]), y.dtype, quant=y.quant)
-            bn = op.band_node(r.nodes[st.layer], nin, nout, st.c0, st.c1, bx, by)
-            subs[key] = (op, bn, [bx] + nin[1:], [by])
-        return subs[key]
+        return _band_sub(node, r, layers, subs, st, key, f"d{key[3]}")
 
     steps = {skey(st): st for b in s.bands for st in b.steps}
     # the depthwise's layout of every band shape (a probe: its kernel answers when it takes planes)
@@ -327,7 +331,7 @@ def _planes_try(self, node, ins, outs, k, r):
                 ok = op.emit(bn, bin_, bout, k)
         finally:
             k.planes.pop(bout[0].name if st.layer == 0 else bin_[0].name, None)
-        if st.layer == 0 and not pl.get("took"):
+        if ok is False or (st.layer == 0 and not pl.get("took")):
             return None
         return took
 
@@ -352,16 +356,7 @@ def _planes_try(self, node, ins, outs, k, r):
     if not getattr(k.plan, "probe", False) and hasattr(k.plan, "tiles"):
         k.plan.tiles[node.name] = _describe(node, r, s, x_at, y_at, base, area, [base], scr_at, ins[0], outs[0])
     for i0, i1 in s.groups():
-        b = s.bands[i0]
-        loop = i1 > i0
-        nxt = s.bands[i0 + 1] if loop else b
-        rs = [st for st in b.steps if st.layer == 0]
-        rn = [st for st in nxt.steps if st.layer == 0]
-        ys = [st for st in b.steps if st.layer == 1]
-        yn = [st for st in nxt.steps if st.layer == 1]
-        dx = rn[0].r0 - rs[0].r0 if loop and rs else 0
-        dy = yn[0].c0 - ys[0].c0 if loop and ys else 0
-        what = f"band {i0}" if not loop else f"bands {i0}..{i1}"
+        b, loop, dx, dy, what = _band_group(s, i0, i1, 1)
         k.line(f"/* {c_comment(node.name)}: {what} of {len(s.bands)} (int16 planes) */")
         if loop:
             k.line(f"{{ unsigned bi; for (bi = 0u; bi < {i1 - i0 + 1}u; ++bi) {{")
@@ -389,7 +384,7 @@ def _planes_try(self, node, ins, outs, k, r):
                 xo, yo = base, _expr(y_at + st.dst_at * ly.row_out, dy * ly.row_out)
             at, size = scr_at[st.layer]
             if emit_step(st, xo, yo, at, size) is None:
-                raise RuntimeError(f"node '{node.name}': a band's pointwise did not take the planes")
+                raise RuntimeError(f"node '{node.name}': a band's layer {st.layer} did not take the planes")
         if loop:
             k.body[n0:] = ["    " + ln for ln in k.body[n0:]]
             k.line("} }")
