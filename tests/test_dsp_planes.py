@@ -7,17 +7,16 @@ computations of each layer; the planner sizes the tensor as the planes."""
 from __future__ import annotations
 
 import re
-import shutil
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from cuvil_mcu import reference
 from cuvil_mcu.compiler import compile_model
 from cuvil_mcu.isa import dsp_conv
 from qhelpers import rerender
-from test_isa_dsp import conv_layer, qmodel, run_host
+from test_isa_dsp import _have_cross, conv_layer, qmodel, run_host
 
 BOARD = "qemu-mps2-an386"
 
@@ -92,10 +91,6 @@ def _compile(seed, planes=True, monkeypatch=None, big=True):
     c = compile_model(model, board=BOARD, patch=False)    # (no tiled regions: graph nodes)
     c = rerender(c, lambda n: (0.0, float("inf")))      # every layer with a Relu (the pw's scaled kernels)
     return model, feeds, c
-
-
-def _have_cross() -> bool:
-    return bool(shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"))
 
 
 @pytest.mark.parametrize("where", ["host", BOARD])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ from onnx import numpy_helper
 from cuvil_mcu import compiler, reference
 from cuvil_mcu.ops import tiled as tiled_op
 from cuvil_mcu.passes import tile
-from test_isa_dsp import conv_layer, qmodel, run_host
+from test_isa_dsp import _have_cross, conv_layer, qmodel, run_host
 
 BOARD = "qemu-mps2-an386"
 
@@ -67,10 +66,6 @@ def _dw_s2_int64(t, x):
         w[:, a, b, None, None] * (xp[:, a:a + 2 * oh:2, b:b + 2 * ow:2] - xz) for a in range(3) for b in range(3))
     s = np.float64(t["xs1"]) * np.float64(t["ws1"]) / np.float64(t["ys1"])
     return np.clip(np.rint(acc * s) + int(t["yz1"]), int(t["yz1"]), 127)[None]
-
-
-def _have_cross() -> bool:
-    return bool(shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm"))
 
 
 @pytest.mark.parametrize("where", ["host", BOARD])
