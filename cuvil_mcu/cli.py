@@ -40,7 +40,8 @@ def _compile(args):
                          calibrate=args.calibrate, percentile=args.percentile, io=args.io,
                          weights=getattr(args, "weights", "inline"), opt_level=_opt_level(args),
                          precision=args.precision, stream=args.stream,
-                         preserve_inputs=args.preserve_input, patch=args.patch, ram_vs_speed=args.ram_vs_speed)
+                         preserve_inputs=args.preserve_input, patch=args.patch, ram_vs_speed=args.ram_vs_speed,
+                         prune=getattr(args, "prune", True))
 
 
 def _opt_level(args) -> int:
@@ -377,6 +378,10 @@ def _common(p):
     p.add_argument("--no-patch", dest="patch", action="store_false",
                    help="run every layer whole (by default runs of convolutions around the arena's peak run in "
                         "bands of rows when that lowers the arena: patch-based execution)")
+    p.add_argument("--keep-channels", dest="prune", action="store_false",
+                   help="keep every channel (by default channels that cannot change the output, e.g. a ReLU "
+                        "layer's output channels whose weights are all zero, are dropped, exactly; never with "
+                        "--weights separate, whose weights may change)")
     p.add_argument("--ram-vs-speed", type=float, metavar="F",
                    help="extra work patch-based execution may add, as a fraction of the model's MACs "
                         "(recomputed halo rows, band overheads; default 0.10): larger saves more RAM, 0 patches nothing")

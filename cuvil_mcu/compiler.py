@@ -36,6 +36,9 @@ class Compiled:
     stack_bound: int = 0     # bytes of stack the run function and its kernels take at most
     isa_used: dict = field(default_factory=dict)   # node name -> ISA feature of its kernels (codegen)
     consts: list = field(default_factory=list)   # codegen.Const arrays the header (or blob) holds
+    # MACs the kernels run: `macs` (the model's, what cycles/MAC figures divide by) less the
+    # channels passes/prune_channels.py dropped; None: the same
+    macs_run: int | None = None
 
     @property
     def in_specs(self):
@@ -64,7 +67,9 @@ class Compiled:
             lines.append("kernels  " + "; ".join(f"{v}: {_types(by_variant[v])}" for v in
                                                 [*VARIANT_NAMES.values(), "portable C"] if v in by_variant))
         lines += [
-            f"MACs     {self.macs:,}",
+            f"MACs     {self.macs:,}" + (
+                f" ({self.macs_run:,} run: {self.graph.pruned_channels():,} layer output channels that cannot "
+                f"change the result dropped; --keep-channels keeps them)" if self.macs_run is not None and self.macs_run != self.macs else ""),
             f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
             f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
             f"0 B of constants in the header",
@@ -104,6 +109,14 @@ class Compiled:
 
 # the kernel variants gen's summary names, by the ISA feature their templates need (codegen Emitter.isa_used)
 VARIANT_NAMES = {"mve": "Helium", "dsp": "DSP", "neon": "NEON"}
+
+
+def _macs(g: Graph) -> int:
+    total = 0
+    for n in g.nodes:
+        ins = [g.tensors[i] if i else None for i in n.inputs]
+        total += ops.get(n.op_type).macs(n, ins, [g.tensors[o] for o in n.outputs if o])
+    return total
 
 
 def _count(n: int, what: str) -> str:
@@ -277,7 +290,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
                   percentile: float = 99.99, io: str = "model", weights: str = "inline",
                   opt_level: int = 3, precision: str | None = None,
                   stream: bool = False, preserve_inputs: bool = False, patch: bool = True,
-                  ram_vs_speed: float | None = None) -> Compiled:
+                  ram_vs_speed: float | None = None, prune: bool = True) -> Compiled:
     prefix = check_name(name)
     if weights not in ("inline", "separate"):
         raise CuvilError(f"--weights '{weights}': choose inline (constants in the header) or separate "
@@ -330,6 +343,10 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     if stream:
         from .passes import stream as stream_pass
         g = stream_pass.run(g)
+    macs_model = _macs(g)
+    if opt_level >= 1 and prune and weights == "inline":   # a separate blob's weights may be replaced
+        from .passes import prune_channels
+        g = prune_channels.run(g)
     _check_nodes(g)
     _note_mixed_precision(g)
     g.preserve_inputs = preserve_inputs     # (the kernels choose in-place friendly variants by it)
@@ -363,13 +380,8 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
         evaluate(g)
         mine = [planned[-1][1]]
     plan, room = mine[0]
-    macs = 0
+    macs = _macs(g)
     counts: Counter = Counter()
-    for n in g.nodes:
-        op = ops.get(n.op_type)
-        ins = [g.tensors[i] if i else None for i in n.inputs]
-        outs = [g.tensors[o] for o in n.outputs if o]
-        macs += op.macs(n, ins, outs)
     for n in _kernels(g):
         counts[n.op_type] += 1
     r = codegen.render(g, plan, prefix, source=source, board=b.id, summary={"macs": macs},
@@ -380,6 +392,7 @@ def compile_model(model: str | onnx.ModelProto, board: str = "host", name: str =
     samples = (sum(g.tensors[n].nbytes for n in g.inputs)
                if b.flash_base is not None and not b.sim.get("qemu_machine") else 0)
     budget = boards.check_budget(b, plan.arena_size, r.weights_bytes if r.blob is None else len(r.blob), samples)
-    return Compiled(g, plan, r.text, prefix, b, macs, r.weights_bytes, counts, budget, calibration=calib,
+    return Compiled(g, plan, r.text, prefix, b, macs_model, r.weights_bytes, counts, budget, calibration=calib,
+                    macs_run=macs,
                     weights_blob=r.blob, fp16_nodes=[n.name for n in g.nodes if n.name in fp16],
                     stack_bound=r.stack_bound, isa_used=r.isa_used, consts=r.consts)

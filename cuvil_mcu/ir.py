@@ -117,6 +117,13 @@ class Graph:
     # TensorFlow / TFLite, whose reference is TFLM) and for --quantize (our
     # own quantizer's), "onnx" for the rest.
     rounding: str = "tflm"
+    # Channels passes/prune_channels.py dropped: tensor -> (the channels it had,
+    # the original indexes of those it keeps), for validate's per-layer match.
+    channels_kept: dict = field(default_factory=dict)
+
+    def pruned_channels(self) -> int:
+        """Channels dropped from layer outputs (passes/prune_channels.py)."""
+        return sum(c - len(kept) for c, kept in self.channels_kept.values())
 
     def t(self, name: str) -> Tensor:
         return self.tensors[name]

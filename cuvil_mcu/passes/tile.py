@@ -239,6 +239,7 @@ def rewrite(g: Graph, c: Choice) -> Graph:
                 {"_region": reg})
     out = Graph(g.name, dict(g.tensors), g.nodes[:c.start] + [node] + g.nodes[c.end + 1:], list(g.inputs),
                 list(g.outputs), g.opset, list(g.notes), g.requant, list(g.state), g.rounding)
+    out.channels_kept = dict(g.channels_kept)
     for attr in ("preserve_inputs",):
         if hasattr(g, attr):
             setattr(out, attr, getattr(g, attr))

@@ -143,6 +143,7 @@ def cached(compiled, board=None, wait_states: int | None = None) -> Profile | No
     except (ValueError, TypeError, KeyError):
         return None
     prof.clock_hz = b.clock_hz     # cycles belong to the core; the time to the board that asks
+    prof.macs = compiled.macs      # and the MACs to the model (the header does not say which count)
     return prof
 
 
@@ -195,7 +196,7 @@ def run(compiled, inputs=None, board=None, wait_states: int | None = None, timeo
     path = cycles.cache_dir() / f"{key}.json"
     if use_cache and path.exists():
         try:
-            return Profile.from_json(path.read_text())
+            return dataclasses.replace(Profile.from_json(path.read_text()), macs=compiled.macs)
         except (ValueError, TypeError, KeyError):
             pass
     model = cycles.model_for(b)

@@ -428,7 +428,12 @@ def _per_layer(compiled, xs, ref, floats) -> list[LayerResult]:
             continue
         rv = ref_vals[match].astype(np.float64)
         cv = np.stack([dequantize(v[t.name], t, q) for v in vals])
-        rv = _layout(rv, cv.shape)
+        c0, kept = g.channels_kept.get(t.name, (None, None))
+        if kept is None:
+            rv = _layout(rv, cv.shape)
+        else:   # channels the compiler dropped (passes/prune_channels.py): compare the ones kept
+            rv = _layout(rv, cv.shape[:-1] + (c0,))
+            rv = rv[..., kept] if rv is not None else None
         if rv is None:
             continue
         out.append(LayerResult(i, n.op_type, t.name, match, metrics(cv, rv)))

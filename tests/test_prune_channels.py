@@ -1,0 +1,193 @@
+"""passes/prune_channels.py: channels that cannot change the output are
+dropped, and the result stays bit-identical.
+
+Oracles: the same model compiled with prune=False (the dense path every
+other test checks against onnxruntime and TFLM), onnxruntime on the ONNX
+file (within 1 LSB: fixed-point requantization), and for the hand-built
+models the channel sets their construction makes removable.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from cuvil_mcu import reference
+from cuvil_mcu.compiler import compile_model
+from cuvil_mcu.sim import host
+from helpers import run_ort
+from qhelpers import assert_exact, lsb_diff
+import shared_models as sm
+from test_qconv import qmodel
+
+C, H = 12, 6
+
+
+def _conv(name, x, w, b, y, group=1, pads=(0, 0, 0, 0), scale=0.02):
+    m = w.shape[0]
+    inits = {f"{name}_w": w.astype(np.int8), f"{name}_ws": np.full(m, scale, np.float32),
+             f"{name}_wz": np.zeros(m, np.int8), f"{name}_b": b.astype(np.int32)}
+    node = helper.make_node("QLinearConv", [x, "s", "z", f"{name}_w", f"{name}_ws", f"{name}_wz", "s", "z",
+                                            f"{name}_b"], [y], name=name, group=group, pads=list(pads),
+                            kernel_shape=list(w.shape[2:]))
+    return node, inits
+
+
+def chain(rng, extra_output: bool = False):
+    """x -> pw1 (1x1, C -> C) -> dw (3x3, pad 1) -> pw2 (1x1, C -> 8) -> y.
+
+    Channels of pw1's output (and the dw's), by construction:
+      1: pw1 row all zero, bias 0 -> the input zero point everywhere; the dw
+         sees no offset at its border either -> constant -> folded: removable
+      2: pw1 row all zero, bias large -> constant != zero point; the padded
+         dw's border differs from its interior -> must stay
+      3: pw1 row all zero, bias large, dw taps of channel 3 all zero -> the
+         dw's channel 3 is its bias alone: constant -> removable
+      5, 6: pw2 never reads them (zero columns) -> removable
+    Every other channel is live: 12 - 4 = 8 stay (a multiple of 4, the
+    pass's alignment)."""
+    w1 = rng.integers(-60, 60, (C, C, 1, 1))
+    w1[w1 == 0] = 1
+    b1 = rng.integers(-400, 400, C)
+    w1[1] = w1[2] = w1[3] = 0
+    b1[1], b1[2], b1[3] = 0, 3000, 2500
+    wd = rng.integers(-60, 60, (C, 1, 3, 3))
+    wd[wd == 0] = 1
+    wd[3] = 0
+    bd = rng.integers(-300, 300, C)
+    w2 = rng.integers(-60, 60, (8, C, 1, 1))
+    w2[w2 == 0] = 1
+    w2[:, 5] = w2[:, 6] = 0
+    b2 = rng.integers(-300, 300, 8)
+    n1, i1 = _conv("pw1", "x", w1, b1, "y1")
+    n2, i2 = _conv("dw", "y1", wd, bd, "y2", group=C, pads=(1, 1, 1, 1))
+    n3, i3 = _conv("pw2", "y2", w2, b2, "y")
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(-3, np.int8), **i1, **i2, **i3}
+    outs = {"y": "int8", **({"y1": "int8"} if extra_output else {})}
+    return qmodel([n1, n2, n3], {"x": ((1, C, H, H), "int8")}, outs, inits)
+
+
+def _kept(c, tensor: str):
+    return c.graph.channels_kept.get(tensor, (None, None))[1]
+
+
+def _feeds(rng, k: int = 4):
+    return [{"x": rng.integers(-128, 128, (1, C, H, H)).astype(np.int8)} for _ in range(k)]
+
+
+def test_chain_drops_what_construction_allows_and_stays_exact():
+    rng = np.random.default_rng(7)
+    model = chain(rng)
+    dense = compile_model(model, prune=False)
+    c = compile_model(model, verify_each=True)
+    assert sorted(_kept(c, "y1_nhwc")) == sorted(set(range(C)) - {1, 3, 5, 6})
+    assert sorted(_kept(c, "y2_nhwc")) == sorted(set(range(C)) - {1, 3, 5, 6})
+    assert c.graph.tensors["y1_nhwc"].shape[-1] == 8 and dense.graph.tensors["y1_nhwc"].shape[-1] == C
+    assert c.macs == dense.macs == H * H * (C * C + C * 9 + C * 8)
+    assert c.macs_run == H * H * (8 * C + 8 * 9 + 8 * 8)
+    assert "8 layer output channels that cannot change the result dropped" in c.summary()
+    g = c.graph
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs])
+    for f in _feeds(rng):
+        want = reference.run(dense.graph, f)["y"]
+        assert np.unique(want).size > 20
+        assert_exact(reference.run(g, f)["y"], want, "pruned reference vs dense reference")
+        out = host.run(exe, [f["x"][None]], c.out_specs, 1)[0][0]
+        assert_exact(out, want, "pruned C vs dense reference")
+        assert lsb_diff(want, run_ort(model, f)[0]) <= 1
+
+
+def test_constant_off_the_zero_point_through_a_padded_depthwise_stays():
+    """Channel 2 alone (the others live): a constant that is not the zero
+    point, read by a 3x3 layer with padding, changes the border: kept."""
+    rng = np.random.default_rng(3)
+    model = chain(rng)
+    c = compile_model(model)
+    assert 2 in _kept(c, "y1_nhwc")
+    f = _feeds(rng, 1)[0]
+    want = reference.run(compile_model(model, prune=False).graph, f)["y"]
+    # the border outputs really depend on channel 2: the dense layer's border differs from its interior
+    d = compile_model(model, prune=False)
+    ch2 = reference.run(d.graph, f, all_tensors=True)["y2_nhwc"][0, :, :, 2]    # NHWC
+    assert ch2[0, 0] != ch2[2, 2]
+    assert_exact(reference.run(c.graph, f)["y"], want, "pruned vs dense")
+
+
+def test_folding_into_a_following_pointwise():
+    """A constant channel (not the zero point) read by a 1x1 layer without
+    padding goes into that layer's bias."""
+    rng = np.random.default_rng(11)
+    w1 = rng.integers(-50, 50, (8, 8, 1, 1))
+    w1[w1 == 0] = 2
+    w1[2] = w1[6] = w1[7] = w1[4] = 0
+    b1 = rng.integers(-200, 200, 8)
+    b1[2], b1[6], b1[7], b1[4] = 4000, -4000, 900, 0
+    w2 = rng.integers(-50, 50, (4, 8, 1, 1))
+    w2[w2 == 0] = 3
+    n1, i1 = _conv("a", "x", w1, b1, "t")
+    n2, i2 = _conv("b", "t", w2, rng.integers(-100, 100, 4), "y")
+    model = qmodel([n1, n2], {"x": ((1, 8, 5, 5), "int8")}, {"y": "int8"},
+                   {"s": np.array(0.05, np.float32), "z": np.array(5, np.int8), **i1, **i2})
+    c = compile_model(model, verify_each=True)
+    dense = compile_model(model, prune=False)
+    assert sorted(_kept(c, "t_nhwc")) == [0, 1, 3, 5]
+    g = c.graph
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs])
+    for _ in range(3):
+        f = {"x": rng.integers(-128, 128, (1, 8, 5, 5)).astype(np.int8)}
+        want = reference.run(dense.graph, f)["y"]
+        assert np.unique(want).size > 10
+        assert_exact(host.run(exe, [f["x"][None]], c.out_specs, 1)[0][0], want, "pruned C vs dense reference")
+        assert lsb_diff(want, run_ort(model, f)[0]) <= 1
+
+
+def test_graph_outputs_separate_weights_and_keep_channels_keep_everything():
+    rng = np.random.default_rng(5)
+    c = compile_model(chain(rng, extra_output=True))
+    assert _kept(c, "y1_nhwc") is None and c.graph.tensors["y1"].shape[1] == C   # y1 is a graph output (NCHW)
+    model = chain(rng)
+    for kw in ({"prune": False}, {"weights": "separate"}, {"opt_level": 0}):
+        c = compile_model(model, **kw)
+        assert not c.graph.channels_kept, kw
+        assert c.macs_run == c.macs, kw
+
+
+@pytest.mark.skipif(not sm.available(), reason="shared models not found")
+def test_vww_dead_channels():
+    """MLPerf Tiny's VWW MobileNet: 85-98 % zero weights in its last
+    pointwise layers. Bit-identical to the dense graph on the real samples,
+    and what the weights alone say is dropped: every pointwise row that is
+    all zeros in the ONNX file is gone or kept for alignment only."""
+    import onnx
+    path = str(sm.model_path("vww_mobilenet_v1_025"))
+    c = compile_model(path)
+    dense = compile_model(path, prune=False)
+    assert c.macs == dense.macs_run
+    assert c.macs_run < 0.55 * c.macs
+    assert c.plan.arena_size <= dense.plan.arena_size
+    assert c.weights_bytes < 0.5 * dense.weights_bytes
+    x = sm.samples("vww_mobilenet_v1_025")
+    for s in range(x["inputs"].shape[0]):
+        f = {c.graph.inputs[0]: x["inputs"][s:s + 1].reshape(c.graph.tensors[c.graph.inputs[0]].shape)}
+        assert_exact(reference.run(c.graph, f)[c.graph.outputs[0]], reference.run(dense.graph, f)[dense.graph.outputs[0]],
+                     f"sample {s}")
+    # the weights alone: the 128 x 128 pointwise layers' zero rows, counted in the ONNX file
+    m = onnx.load(path)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    zero_rows = sorted(int((w.reshape(w.shape[0], -1) == 0).all(1).sum()) for w in inits.values()
+                       if w.ndim == 4 and w.shape[:2] == (128, 128))
+    assert zero_rows == [71, 98, 101, 109, 109]
+    # every pointwise layer's zero rows are dropped from its output (but for at most 3 kept to stay
+    # a multiple of 4), where the output is pruned at all
+    checked = 0
+    for n in dense.graph.nodes:
+        kept = c.graph.channels_kept.get(n.outputs[0], (None, None))[1]
+        w = dense.graph.tensors[n.inputs[3]].data if n.op_type == "QLinearConv" else None
+        if kept is None or w is None or n.attrs.get("group", 1) != 1:
+            continue
+        zero = set(np.flatnonzero((w.reshape(w.shape[0], -1) == 0).all(1)).tolist())
+        assert len(zero & set(kept)) <= 3, n.name
+        checked += len(zero)
+    assert checked == 71 + 98 + 109 + 109 + 101 + 4 + 21 + 224
