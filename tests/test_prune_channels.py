@@ -191,3 +191,79 @@ def test_vww_dead_channels():
         assert len(zero & set(kept)) <= 3, n.name
         checked += len(zero)
     assert checked == 71 + 98 + 109 + 109 + 101 + 4 + 21 + 224
+
+
+@pytest.mark.skipif(not sm.available(), reason="shared models not found")
+def test_validate_per_layer_matches_the_channels_kept(tmp_path, capsys):
+    """validate --per-layer on VWW compares the pruned layers too, against
+    the float model's tensor at the channels kept: every layer the dense
+    graph compares is compared, and where channels were dropped the
+    agreement is the dense layer's (a misaligned channel map would not be)."""
+    import json
+    from cuvil_mcu import cli
+    name = "vww_mobilenet_v1_025"
+    x = sm.samples(name)["inputs"][:4]
+    np.savez(tmp_path / "d.npz", input_1_int8=x)
+    layers = {}
+    for tag, extra in (("pruned", []), ("dense", ["--keep-channels"])):
+        rc = cli.main(["validate", str(sm.model_path(name)), "--data", str(tmp_path / "d.npz"), "--reference",
+                       str(sm.SHARED / name / "model_f32.onnx"), "--per-layer", "-o", str(tmp_path / f"{tag}.json"),
+                       *extra])
+        assert rc == 0, capsys.readouterr().out
+        layers[tag] = {r["tensor"]: r for r in json.loads((tmp_path / f"{tag}.json").read_text())["layers"]}
+    assert set(layers["pruned"]) == set(layers["dense"]) and len(layers["dense"]) >= 27
+    c = compile_model(str(sm.model_path(name)))
+    pruned = [t for t in layers["pruned"] if t in c.graph.channels_kept]
+    assert len(pruned) >= 12
+    for t in pruned:
+        assert layers["pruned"][t]["cos"] > layers["dense"][t]["cos"] - 0.01, t
+
+
+def _random_chain(rng):
+    """pw -> dw (random stride, padding) -> conv (1x1 or 3x3, random padding), with random zero rows,
+    zero columns and biases (some 0, some far off): the cases the pass must tell apart."""
+    c, m = int(rng.choice([8, 12, 16])), int(rng.choice([4, 8]))
+    hw = int(rng.integers(7, 11))
+
+    def weights(shape):
+        w = rng.integers(-40, 41, shape)
+        w[w == 0] = 1
+        return w
+    w1, b1 = weights((c, c, 1, 1)), rng.integers(-300, 300, c)
+    dead = rng.random(c) < 0.4
+    w1[dead] = 0
+    b1[dead] = rng.choice([0, 0, -2000, 2500, 40], dead.sum())
+    wd, bd = weights((c, 1, 3, 3)), rng.integers(-300, 300, c)
+    wd[rng.random(c) < 0.15] = 0
+    k = int(rng.choice([1, 3]))
+    w2, b2 = weights((m, c, k, k)), rng.integers(-300, 300, m)
+    w2[:, rng.random(c) < 0.3] = 0
+    pd = [int(rng.integers(0, 2))] * 4
+    p2 = [int(rng.integers(0, 2)) if k == 3 else 0] * 4
+    n1, i1 = _conv("pw1", "x", w1, b1, "y1")
+    n2, i2 = _conv("dw", "y1", wd, bd, "y2", group=c, pads=pd)
+    n2.attribute.append(helper.make_attribute("strides", [int(rng.integers(1, 3))] * 2))
+    n3, i3 = _conv("c2", "y2", w2, b2, "y", pads=p2)
+    z = int(rng.integers(-20, 20))
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(z, np.int8), **i1, **i2, **i3}
+    return qmodel([n1, n2, n3], {"x": ((1, c, hw, hw), "int8")}, {"y": "int8"}, inits), (1, c, hw, hw)
+
+
+def test_random_chains_stay_exact():
+    """40 random chains: pruned == dense reference bit for bit; the C of some on the host too."""
+    rng = np.random.default_rng(2026)
+    hit = built = 0
+    for i in range(40):
+        model, shape = _random_chain(rng)
+        dense, c = compile_model(model, prune=False), compile_model(model, verify_each=True)
+        hit += bool(c.graph.channels_kept)
+        f = {"x": rng.integers(-128, 128, shape).astype(np.int8)}
+        want = reference.run(dense.graph, f)["y"]
+        assert_exact(reference.run(c.graph, f)["y"], want, f"chain {i}: pruned vs dense")
+        if built < 3 and c.graph.channels_kept:
+            built += 1
+            g = c.graph
+            exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                             [g.tensors[n].nbytes for n in g.outputs])
+            assert_exact(host.run(exe, [f["x"][None]], c.out_specs, 1)[0][0], want, f"chain {i}: C vs dense")
+    assert hit >= 15 and built == 3, hit     # the cases exercise the pass
