@@ -35,7 +35,6 @@ import numpy as np
 
 from .. import ops
 from ..ir import Graph, Node
-from ..ops.qconv import conv_int
 
 QCONV = ("QLinearConv", "com.microsoft.QLinearConv")
 # channel counts kept a multiple of this where they were one (the DSP depthwise kernels need C % 4 == 0;
@@ -89,12 +88,16 @@ class _Conv:
             cand = [m for m in range(self.m) if not nz[m] or m in cin]
         if not cand:
             return {}
-        geo = self.p.geo
-        (h, w) = geo.hw
-        x = np.zeros((1, self.c, h, w), np.int64)
+        # acc(p) = bias + sum over the constant inputs c and the taps (i, j) inside the input at p of
+        # w[m, c, i, j] (v_c - x_zp): per tap, the constant part of the weights times an in-bounds mask
+        off = np.zeros(self.c, np.int64)
         for c, v in cin.items():
-            x[0, c] = v - self.p.x_zp
-        acc = conv_int(x, self.wq, geo)[:, cand]
+            off[c] = v - self.p.x_zp
+        if self.dense:
+            weff = np.einsum("mcij,c->mij", self.wq[cand], off)
+        else:
+            weff = self.wq[cand, 0] * off[cand].reshape(-1, 1, 1)
+        acc = np.einsum("mij,ijhw->mhw", weff, _inside(self.p.geo))[None]
         if self.p.bias is not None:
             acc = acc + self.p.bias[cand].reshape(1, -1, 1, 1)
         rq = self.p.rq
@@ -109,6 +112,16 @@ class _Conv:
             if plane.size and np.all(plane == plane.flat[0]):
                 out[m] = int(plane.flat[0])
         return out
+
+
+def _inside(geo) -> np.ndarray:
+    """[kh, kw, oh, ow]: 1 where tap (i, j) of output position (y, x) lies
+    inside the input (ops/conv.py conv_nchw's windows over a padded plane of ones)."""
+    (pt, pl), (pb, pr) = geo.pad_begin, geo.pad_end
+    ones = np.pad(np.ones(geo.hw, np.int64), [(pt, pb), (pl, pr)])
+    (oh, ow), (sh, sw), (dh, dw) = geo.out_hw, geo.strides, geo.dilations
+    return np.array([[ones[i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                      for j in range(geo.k[1])] for i in range(geo.k[0])])
 
 
 def _pick(v: np.ndarray, idx) -> np.ndarray:
