@@ -190,7 +190,7 @@ def test_vww_dead_channels():
         zero = set(np.flatnonzero((w.reshape(w.shape[0], -1) == 0).all(1)).tolist())
         assert len(zero & set(kept)) <= 3, n.name
         checked += len(zero)
-    assert checked == 71 + 98 + 109 + 109 + 101 + 4 + 21 + 224
+    assert checked == 71 + 98 + 109 + 109 + 101 + 4 + 21 + 224 + 234   # the last one through pool and flatten
 
 
 @pytest.mark.skipif(not sm.available(), reason="shared models not found")
@@ -267,3 +267,44 @@ def test_random_chains_stay_exact():
                              [g.tensors[n].nbytes for n in g.outputs])
             assert_exact(host.run(exe, [f["x"][None]], c.out_specs, 1)[0][0], want, f"chain {i}: C vs dense")
     assert hit >= 15 and built == 3, hit     # the cases exercise the pass
+
+
+def test_classifier_tail_pool_flatten_fully_connected():
+    """pw -> global average pool -> Reshape [1, C] -> QGemm: channel 1 (zero row, bias 0: the zero
+    point), 2 (zero row, bias far off: a constant the pool keeps) go into the QGemm's bias; 5 and 6
+    are rows of B that are all zero. 8 - 4 = 4 channels stay."""
+    rng = np.random.default_rng(21)
+    w1 = rng.integers(-50, 50, (8, 8, 1, 1))
+    w1[w1 == 0] = 2
+    w1[1] = w1[2] = 0
+    b1 = rng.integers(-200, 200, 8)
+    b1[1], b1[2] = 0, 3000
+    n1, i1 = _conv("pw", "x", w1, b1, "t")
+    pool = helper.make_node("QLinearGlobalAveragePool", ["t", "s", "z", "s", "z"], ["p"], name="gap",
+                            domain="com.microsoft", channels_last=0)
+    flat = helper.make_node("Reshape", ["p", "shape"], ["f"], name="flat")
+    bm = rng.integers(-60, 60, (8, 3))
+    bm[5] = bm[6] = 0
+    fc = helper.make_node("QGemm", ["f", "s", "z", "B", "bs", "bz", "C", "ys", "z"], ["y"], name="fc",
+                          domain="com.microsoft")
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(-7, np.int8), **i1,
+             "shape": np.array([1, 8], np.int64), "B": bm.astype(np.int8), "bs": np.array(0.01, np.float32),
+             "bz": np.array(0, np.int8), "C": rng.integers(-500, 500, 3).astype(np.int32),
+             "ys": np.array(0.04, np.float32)}
+    model = qmodel([n1, pool, flat, fc], {"x": ((1, 8, 5, 5), "int8")}, {"y": "int8"}, inits)
+    dense, c = compile_model(model, prune=False), compile_model(model, verify_each=True)
+    kept = {t: k for t, (_, k) in c.graph.channels_kept.items()}
+    assert kept and all(k == [0, 3, 4, 7] for k in kept.values()), kept
+    fc_node = next(n for n in c.graph.nodes if n.op_type == "com.microsoft.QGemm")
+    assert c.graph.tensors[fc_node.inputs[3]].shape == (4, 3)
+    g = c.graph
+    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                     [g.tensors[n].nbytes for n in g.outputs])
+    seen = set()
+    for _ in range(6):
+        f = {"x": rng.integers(-128, 128, (1, 8, 5, 5)).astype(np.int8)}
+        want = reference.run(dense.graph, f)["y"]
+        seen.update(want.reshape(-1).tolist())
+        assert_exact(host.run(exe, [f["x"][None]], c.out_specs, 1)[0][0], want, "pruned C vs dense reference")
+        assert lsb_diff(want, run_ort(model, f)[0]) <= 1
+    assert len(seen) > 6

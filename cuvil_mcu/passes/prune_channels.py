@@ -10,24 +10,29 @@ plan and the weights all shrink and the outputs stay bit-identical:
 - constant channels (forward): output channel m of a QLinearConv is constant
   when every input channel its weights read is constant (no input at all: a
   zero row). Its value is computed with the op's own integer arithmetic
-  (ops/qconv.py conv_int and Requant.apply) over the whole output plane, so
+  (the taps inside the input at each output position, Requant.apply) over
+  the whole output plane, so
   padding is accounted for: a depthwise layer over a constant channel whose
   value is not the input zero point gives other values on the border, and
-  such a channel is not constant.
+  such a channel is not constant. A pool's constant channels come from the
+  pool's own reference over a plane of that constant.
 - a channel c of a tensor can be removed when its producer can drop it (an
-  output row of a group-1 QLinearConv, or a channel of a depthwise one whose
-  input channel c is removed with it) and every consumer can do without it:
-  a group-1 QLinearConv whose weights never read it (a zero column), or reads
-  it while it is constant and adds the same to every output pixel (the value
-  is the input zero point, or the layer has no padding): that sum,
-  (v - x_zp) * sum of the column's taps, goes into the bias. A depthwise
-  consumer drops the same channel of its output, which must be removable in
-  turn. Anything else (graph outputs, pools, Add, Concat, shuffled stores)
+  output row of a group-1 QLinearConv, or a channel of a channel-wise node
+  whose input channel c goes with it) and every consumer can do without it:
+  a group-1 QLinearConv (or a QGemm reading it as A's row) whose weights
+  never read it (a zero column), or reads it while it is constant and adds
+  the same to every output pixel (the value is the input zero point, or the
+  layer has no padding; always for QGemm): that sum, (v - x_zp) * the
+  column's taps, goes into the bias. Channel-wise nodes (depthwise
+  QLinearConv, the integer average and max pools, a Reshape of a tensor
+  whose only non-1 dimension is the channels: a classifier's pool ->
+  flatten) drop the same channel of their output, which must be removable
+  in turn. Anything else (graph outputs, Add, Concat, shuffled stores)
   keeps the channel.
 
-Tensors linked by depthwise layers share their channel numbering, so they are
-decided together ("components"). The pass runs until nothing changes (a row
-whose last live input was a removed constant becomes constant itself).
+Tensors linked by channel-wise nodes share their channel numbering, so they
+are decided together ("components"). The pass runs until nothing changes (a
+row whose last live input was a removed constant becomes constant itself).
 """
 from __future__ import annotations
 
@@ -136,18 +141,91 @@ def run(g: Graph) -> Graph:
     return g
 
 
+POOLS = ("com.microsoft.QLinearAveragePool", "com.microsoft.QLinearGlobalAveragePool", "cuvil.QMaxPool")
+
+
+def _axis(t) -> int:
+    """The channel axis of an NHWC tensor, or of one whose only non-1
+    dimension is the channels (a pooled classifier's [1, C] or [1, C, 1, 1])."""
+    big = [i for i, d in enumerate(t.shape) if d != 1]
+    return big[0] if len(big) == 1 else len(t.shape) - 1
+
+
+def _chanwise(g: Graph, n: Node, convs) -> bool:
+    """Output channel c depends on input channel c alone (and maps to it)."""
+    if n.name in convs:
+        return convs[n.name].dw
+    if not n.inputs or not n.outputs or not n.inputs[0] or g.tensors[n.inputs[0]].is_const:
+        return False
+    x, y = g.tensors[n.inputs[0]], g.tensors[n.outputs[0]]
+    if n.op_type in POOLS:
+        return (int(n.attr("_channels_last", n.attr("channels_last", 0))) == 1 and len(x.shape) == 4
+                and len(y.shape) == 4 and x.shape[-1] == y.shape[-1] and n.act is None)
+    if n.op_type == "Reshape":
+        one = [d for d in x.shape if d != 1]
+        return len(one) == 1 and [d for d in y.shape if d != 1] == one
+    return False
+
+
+class _Gemm:
+    """A QGemm reading a component's tensor as its A ([1, K], not transposed) with constant B."""
+
+    def __init__(self, g: Graph, n: Node):
+        self.node = n
+        self.ins = _ins(g, n)
+        self.p = ops.get(n.op_type)._params(n, self.ins)
+        b = np.asarray(self.ins[3].data, np.int64)
+        b = b.T if self.p.tb else b                                   # [K, N]
+        self.bq = b - self.p.b_zp[None, :]
+
+
+def _gemm(g: Graph, n: Node, t: str):
+    if n.op_type != "com.microsoft.QGemm" or n.inputs[0] != t or t in n.inputs[1:]:
+        return None
+    ins = _ins(g, n)
+    if ins[3] is None or not ins[3].is_const or (len(ins) > 6 and ins[6] is not None and not ins[6].is_const):
+        return None
+    gm = _Gemm(g, n)
+    return gm if gm.p.m == 1 and not gm.p.ta else None
+
+
+def _pool_constants(g: Graph, n: Node, cin: dict[int, int]) -> dict[int, int]:
+    """The pool's output channels that are constant when input channels cin
+    are, by the pool's own reference over planes of those values."""
+    if not cin:
+        return {}
+    x = g.tensors[n.inputs[0]]
+    arr = np.zeros(x.shape, np.int64)
+    for c, v in cin.items():
+        arr[..., c] = v
+    ins = _ins(g, n)
+    args = [arr.astype(x.dtype)] + [None if t is None else t.data for t in ins[1:]]
+    y = np.asarray(ops.get(n.op_type).reference(n, ins, *args)[0])
+    out = {}
+    for c in cin:
+        plane = y[..., c]
+        if np.all(plane == plane.flat[0]):
+            out[c] = int(plane.flat[0])
+    return out
+
+
 def _once(g: Graph) -> bool:
     prods = g.producers()
     users = g.consumers()
     convs = {n.name: _Conv(g, n) for n in g.nodes if _plain(g, n)}
-    # forward: constant channels of every plain conv's output
+    links = [n for n in g.nodes if _chanwise(g, n, convs)]
+    gemms = {n.name: gm for n in g.nodes if n.inputs and n.inputs[0] and (gm := _gemm(g, n, n.inputs[0]))}
+    # forward: constant channels of every plain conv's and channel-wise node's output
     const: dict[str, dict[int, int]] = {}
     for n in g.nodes:
-        cv = convs.get(n.name)
-        if cv is None:
-            continue
-        const[n.outputs[0]] = cv.constants(const.get(n.inputs[0], {}))
-    # components: tensors linked by depthwise layers
+        cin = const.get(n.inputs[0], {}) if n.inputs else {}
+        if n.name in convs:
+            const[n.outputs[0]] = convs[n.name].constants(cin)
+        elif n.op_type == "Reshape" and n in links:
+            const[n.outputs[0]] = dict(cin)
+        elif n in links:
+            const[n.outputs[0]] = _pool_constants(g, n, cin)
+    # components: tensors linked by channel-wise nodes
     fixed = set(g.inputs) | set(g.outputs) | {s[0] for s in g.state} | {s[1] for s in g.state}
     parent: dict[str, str] = {}
 
@@ -155,74 +233,89 @@ def _once(g: Graph) -> bool:
         while parent.get(t, t) != t:
             t = parent[t]
         return t
-    for cv in convs.values():
-        if cv.dw:
-            a, b = find(cv.node.inputs[0]), find(cv.node.outputs[0])
-            if a != b:
-                parent[b] = a
+    for n in links:
+        a, b = find(n.inputs[0]), find(n.outputs[0])
+        if a != b:
+            parent[b] = a
     comps: dict[str, list[str]] = {}
-    for cv in convs.values():
-        for t in (cv.node.inputs[0], cv.node.outputs[0]):
+    for n in list(convs[k].node for k in convs) + links:
+        for t in (n.inputs[0], n.outputs[0]):
             comps.setdefault(find(t), [])
             if t not in comps[find(t)]:
                 comps[find(t)].append(t)
-    keep_out: dict[str, np.ndarray] = {}      # conv name -> output channels kept
-    keep_in: dict[str, tuple] = {}            # group-1 conv name -> (input channels kept, constants)
+    keep_out: dict[str, np.ndarray] = {}      # producer name -> output channels kept
+    keep_in: dict[str, tuple] = {}            # group-1 conv / QGemm name -> (input channels kept, constants)
     changed = False
     for tensors in comps.values():
-        drop = _removable(g, tensors, convs, prods, users, const, fixed)
+        drop = _removable(g, tensors, convs, gemms, links, prods, users, const, fixed)
         if not drop:
             continue
         changed = True
-        keep = np.array([c for c in range(g.tensors[tensors[0]].shape[-1]) if c not in set(drop)])
+        nc = g.tensors[tensors[0]].shape[_axis(g.tensors[tensors[0]])]
+        keep = np.array([c for c in range(nc) if c not in set(drop)])
         members = set(tensors)
         for t in tensors:
             keep_out[prods[t].name] = keep
             tt = g.tensors[t]
-            c0, kept = g.channels_kept.get(t, (tt.shape[-1], list(range(tt.shape[-1]))))
+            ax = _axis(tt)
+            c0, kept = g.channels_kept.get(t, (nc, list(range(nc))))
             g.channels_kept[t] = (c0, [kept[i] for i in keep])
-            tt.shape = tt.shape[:-1] + (len(keep),)
+            tt.shape = tt.shape[:ax] + (len(keep),) + tt.shape[ax + 1:]
             for u in users.get(t, []):
-                if convs[u.name].dense and u.outputs[0] not in members:
+                if u.outputs[0] not in members:
                     keep_in[u.name] = (keep, const.get(t, {}))
+    nodes = {n.name: n for n in g.nodes}
     for name in set(keep_out) | set(keep_in):
-        _rewrite(g, convs[name], keep_out.get(name), keep_in.get(name))
+        n = nodes[name]
+        if name in convs:
+            _rewrite(g, convs[name], keep_out.get(name), keep_in.get(name))
+        elif n.op_type == "Reshape":
+            n.inputs[1] = g.add_const(g.tensors[n.inputs[1]].name + "_pruned",
+                                      np.array(g.tensors[n.outputs[0]].shape, np.int64))
+        elif name in keep_in and n.op_type == "com.microsoft.QGemm":
+            _rewrite_gemm(g, gemms[name], *keep_in[name])
     if changed:
         g.prune_tensors()
         g.channels_kept = {t: v for t, v in g.channels_kept.items() if t in g.tensors}
     return changed
 
 
-def _removable(g, tensors, convs, prods, users, const, fixed) -> list[int]:
+def _removable(g, tensors, convs, gemms, links, prods, users, const, fixed) -> list[int]:
     """The channels every tensor of the component can do without."""
     members = set(tensors)
-    ch = {g.tensors[t].shape[-1] for t in tensors}
+    ch = {g.tensors[t].shape[_axis(g.tensors[t])] for t in tensors}
     if len(ch) != 1 or any(t in fixed for t in tensors):
         return []
     nc = ch.pop()
     ok = np.ones(nc, bool)
     for t in tensors:
         p = prods.get(t)
-        cv = convs.get(p.name) if p is not None else None
-        if cv is None or not (cv.dense or (cv.dw and cv.node.inputs[0] in members)):
+        if p is None or not ((p.name in convs and convs[p.name].dense) or (p in links and p.inputs[0] in members)):
             return []
         for u in users.get(t, []):
-            cu = convs.get(u.name)
-            if cu is None or u.inputs[0] != t or any(i == t for i in u.inputs[1:]):
+            if u.inputs[0] != t or any(i == t for i in u.inputs[1:]):
                 return []
-            if cu.dw:
-                if cu.node.outputs[0] not in members:
+            if u in links:
+                if u.outputs[0] not in members:
                     return []
                 continue
-            if not cu.dense:
-                return []
-            reads = cu.wq.reshape(cu.m, cu.c, -1).any(axis=(0, 2))
+            cu = convs.get(u.name)
+            if cu is not None and cu.dense:
+                reads = cu.wq.reshape(cu.m, cu.c, -1).any(axis=(0, 2))
+                flat = not cu.padded
+                zp = cu.p.x_zp
+            else:
+                gm = gemms.get(u.name)
+                if gm is None:
+                    return []
+                reads = gm.bq.any(axis=1)
+                flat, zp = True, gm.p.a_zp
             cst = const.get(t, {})
             for c in range(nc):
                 if not reads[c]:
                     continue
                 v = cst.get(c)
-                if v is None or (v != cu.p.x_zp and cu.padded):
+                if v is None or (v != zp and not flat):
                     ok[c] = False
     drop = [int(c) for c in np.flatnonzero(ok)]
     # the kernels run channels in groups of ALIGN (the DSP depthwise kernels need C % 4 == 0):
@@ -230,6 +323,25 @@ def _removable(g, tensors, convs, prods, users, const, fixed) -> list[int]:
     extra = (-(nc - len(drop))) % ALIGN if nc % ALIGN == 0 else 0
     extra = max(extra, 1 if len(drop) == nc else 0)   # no layer of zero width
     return drop[extra:]
+
+
+def _rewrite_gemm(g: Graph, gm: _Gemm, keep: np.ndarray, cst: dict[int, int]) -> None:
+    """Keep rows `keep` of the QGemm's K; the dropped ones it reads are
+    constants: (v - a_zp) * (B row - b_zp) goes into C."""
+    n, p = gm.node, gm.p
+    add = np.zeros(p.n, np.int64)
+    for c in range(p.kk):
+        if c not in set(keep.tolist()) and gm.bq[c].any():
+            add += (cst[c] - p.a_zp) * gm.bq[c]
+    b = np.asarray(g.tensors[n.inputs[3]].data)
+    _new(g, n, 3, b[:, keep] if p.tb else b[keep], g.tensors[n.inputs[3]].dtype)
+    c_t = g.tensors[n.inputs[6]] if len(n.inputs) > 6 and n.inputs[6] else None
+    if add.any():
+        cur = np.asarray(c_t.data, np.int64) if c_t is not None else np.zeros(p.n, np.int64)
+        new = cur + add.reshape((1,) * (cur.ndim - 1) + (-1,)) if cur.ndim else cur + add
+        if np.any(np.abs(new) > 2**31 - 1):
+            raise AssertionError(f"{n.name}: folded bias leaves int32")
+        _new(g, n, 6, new, "int32")
 
 
 def _new(g: Graph, n: Node, i: int, data: np.ndarray, dtype: str) -> None:
