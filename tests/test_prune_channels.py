@@ -308,3 +308,19 @@ def test_classifier_tail_pool_flatten_fully_connected():
         assert_exact(host.run(exe, [f["x"][None]], c.out_specs, 1)[0][0], want, "pruned C vs dense reference")
         assert lsb_diff(want, run_ort(model, f)[0]) <= 1
     assert len(seen) > 6
+
+
+def test_a_one_channel_row_is_not_a_channel_vector():
+    """A layer of one output channel over a 1 x W map ([1, 1, W, 1] in NHWC) followed by a pointwise
+    layer: W must not be taken for the channels (nothing to drop, and no crash)."""
+    rng = np.random.default_rng(4)
+    n1, i1 = _conv("a", "x", rng.integers(-50, 50, (1, 4, 1, 1)), np.array([10]), "t")
+    w2 = rng.integers(-50, 50, (4, 1, 1, 1))
+    w2[1] = 0
+    n2, i2 = _conv("b", "t", w2, rng.integers(-50, 50, 4), "y")
+    model = qmodel([n1, n2], {"x": ((1, 4, 1, 6), "int8")}, {"y": "int8"},
+                   {"s": np.array(0.05, np.float32), "z": np.array(0, np.int8), **i1, **i2})
+    c = compile_model(model, verify_each=True)
+    assert not c.graph.channels_kept
+    f = {"x": rng.integers(-128, 128, (1, 4, 1, 6)).astype(np.int8)}
+    assert lsb_diff(reference.run(c.graph, f)["y"], run_ort(model, f)[0]) <= 1

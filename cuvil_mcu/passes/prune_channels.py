@@ -11,10 +11,9 @@ plan and the weights all shrink and the outputs stay bit-identical:
   when every input channel its weights read is constant (no input at all: a
   zero row). Its value is computed with the op's own integer arithmetic
   (the taps inside the input at each output position, Requant.apply) over
-  the whole output plane, so
-  padding is accounted for: a depthwise layer over a constant channel whose
-  value is not the input zero point gives other values on the border, and
-  such a channel is not constant. A pool's constant channels come from the
+  the whole output plane, so padding is accounted for: a depthwise layer
+  over a constant channel whose value is not the input zero point gives
+  other values on the border, and such a channel is not constant. A pool's constant channels come from the
   pool's own reference over a plane of that constant.
 - a channel c of a tensor can be removed when its producer can drop it (an
   output row of a group-1 QLinearConv, or a channel of a channel-wise node
@@ -292,6 +291,10 @@ def _removable(g, tensors, convs, gemms, links, prods, users, const, fixed) -> l
         p = prods.get(t)
         if p is None or not ((p.name in convs and convs[p.name].dense) or (p in links and p.inputs[0] in members)):
             return []
+        # an NHWC tensor of a conv or pool has its channels last (a [1, 1, W, 1] one is not a channel vector)
+        if any(n.op_type != "Reshape" and n.name not in gemms for n in [p, *users.get(t, [])]) and \
+                _axis(g.tensors[t]) != len(g.tensors[t].shape) - 1:
+            return []
         for u in users.get(t, []):
             if u.inputs[0] != t or any(i == t for i in u.inputs[1:]):
                 return []
@@ -310,6 +313,8 @@ def _removable(g, tensors, convs, gemms, links, prods, users, const, fixed) -> l
                     return []
                 reads = gm.bq.any(axis=1)
                 flat, zp = True, gm.p.a_zp
+            if len(reads) != nc:
+                return []
             cst = const.get(t, {})
             for c in range(nc):
                 if not reads[c]:
