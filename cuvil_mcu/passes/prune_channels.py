@@ -154,7 +154,9 @@ def _chanwise(g: Graph, n: Node, convs) -> bool:
     """Output channel c depends on input channel c alone (and maps to it)."""
     if n.name in convs:
         return convs[n.name].dw
-    if not n.inputs or not n.outputs or not n.inputs[0] or g.tensors[n.inputs[0]].is_const:
+    if n.op_type not in POOLS and n.op_type != "Reshape":
+        return False
+    if not n.inputs or not n.outputs or not n.inputs[0] or not n.outputs[0] or g.tensors[n.inputs[0]].is_const:
         return False
     x, y = g.tensors[n.inputs[0]], g.tensors[n.outputs[0]]
     if n.op_type in POOLS:
