@@ -40,6 +40,13 @@ class Compiled:
     # channels passes/prune_channels.py dropped; None: the same
     macs_run: int | None = None
 
+    def pruned_text(self, tail: str = "") -> str:
+        """' (N run: ...)' after the model's MACs when channels were dropped, else ''."""
+        if self.macs_run is None or self.macs_run == self.macs:
+            return ""
+        return (f" ({self.macs_run:,} run: {self.graph.pruned_channels():,} layer output channels that cannot "
+                f"change the result dropped{tail})")
+
     @property
     def in_specs(self):
         return [(self.graph.tensors[n].shape, self.graph.tensors[n].dtype) for n in self.graph.inputs]
@@ -67,9 +74,7 @@ class Compiled:
             lines.append("kernels  " + "; ".join(f"{v}: {_types(by_variant[v])}" for v in
                                                 [*VARIANT_NAMES.values(), "portable C"] if v in by_variant))
         lines += [
-            f"MACs     {self.macs:,}" + (
-                f" ({self.macs_run:,} run: {self.graph.pruned_channels():,} layer output channels that cannot "
-                f"change the result dropped; --keep-channels keeps them)" if self.macs_run is not None and self.macs_run != self.macs else ""),
+            f"MACs     {self.macs:,}" + self.pruned_text("; --keep-channels keeps them"),
             f"flash    {self.weights_bytes:,} B of constants" if self.weights_blob is None else
             f"flash    {len(self.weights_blob):,} B weights blob {self.prefix}.weights.bin (bound at run time), "
             f"0 B of constants in the header",

@@ -122,8 +122,14 @@ class Graph:
     channels_kept: dict = field(default_factory=dict)
 
     def pruned_channels(self) -> int:
-        """Channels dropped from layer outputs (passes/prune_channels.py)."""
-        return sum(c - len(kept) for c, kept in self.channels_kept.values())
+        """Channels dropped from convolutions' outputs (passes/prune_channels.py;
+        the pools and views after them that lost the same channels not counted again)."""
+        prod = self.producers()
+        for n in self.nodes:   # (and the layers inside a tiled region)
+            if n.attrs.get("_region") is not None:
+                prod.update((o, m) for m in n.attrs["_region"].nodes for o in m.outputs if o)
+        return sum(c - len(kept) for t, (c, kept) in self.channels_kept.items()
+                   if t in prod and "Conv" in prod[t].op_type)
 
     def t(self, name: str) -> Tensor:
         return self.tensors[name]

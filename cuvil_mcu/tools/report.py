@@ -253,9 +253,7 @@ def build(compiled, profile=None, sim=None, title: str | None = None) -> str:
                  else "board's stack reserve")
     summ = [("board", f"{b.name} ({b.id}, {b.core}, {b.clock_hz / 1e6:g} MHz)" if b.clock_hz else b.id),
             ("nodes", f"{len(g.nodes)} ({', '.join(f'{k} x{v}' for k, v in sorted(compiled.op_counts.items()))})"),
-            ("MACs", f"{compiled.macs:,}" + (f" ({compiled.macs_run:,} run: {g.pruned_channels():,} layer output "
-                                             f"channels that cannot change the result dropped)"
-                                             if compiled.macs_run not in (None, compiled.macs) else "")),
+            ("MACs", f"{compiled.macs:,}" + compiled.pruned_text()),
             ("flash", f"{compiled.weights_bytes:,} B of constants"
              + (f"; firmware text+rodata {sim.text:,} B" if sim is not None else "")),
             ("RAM", f"arena {plan.arena_size:,} B (planner {plan.algorithm}, lower bound {plan.lower_bound:,} B) "
