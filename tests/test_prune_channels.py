@@ -71,6 +71,13 @@ def _kept(c, tensor: str):
     return c.graph.channels_kept.get(tensor, (None, None))[1]
 
 
+def _host(c):
+    """The compiled model's host executable (sim/host.py)."""
+    g = c.graph
+    return host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
+                      [g.tensors[n].nbytes for n in g.outputs])
+
+
 def _feeds(rng, k: int = 4):
     return [{"x": rng.integers(-128, 128, (1, C, H, H)).astype(np.int8)} for _ in range(k)]
 
@@ -86,9 +93,7 @@ def test_chain_drops_what_construction_allows_and_stays_exact():
     assert c.macs == dense.macs == H * H * (C * C + C * 9 + C * 8)
     assert c.macs_run == H * H * (8 * C + 8 * 9 + 8 * 8)
     assert "8 layer output channels that cannot change the result dropped" in c.summary()
-    g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
+    g, exe = c.graph, _host(c)
     for f in _feeds(rng):
         want = reference.run(dense.graph, f)["y"]
         assert np.unique(want).size > 20
@@ -132,9 +137,7 @@ def test_folding_into_a_following_pointwise():
     c = compile_model(model, verify_each=True)
     dense = compile_model(model, prune=False)
     assert sorted(_kept(c, "t_nhwc")) == [0, 1, 3, 5]
-    g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
+    exe = _host(c)
     for _ in range(3):
         f = {"x": rng.integers(-128, 128, (1, 8, 5, 5)).astype(np.int8)}
         want = reference.run(dense.graph, f)["y"]
@@ -262,10 +265,7 @@ def test_random_chains_stay_exact():
         assert_exact(reference.run(c.graph, f)["y"], want, f"chain {i}: pruned vs dense")
         if built < 3 and c.graph.channels_kept:
             built += 1
-            g = c.graph
-            exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                             [g.tensors[n].nbytes for n in g.outputs])
-            assert_exact(host.run(exe, [f["x"][None]], c.out_specs, 1)[0][0], want, f"chain {i}: C vs dense")
+            assert_exact(host.run(_host(c), [f["x"][None]], c.out_specs, 1)[0][0], want, f"chain {i}: C vs dense")
     assert hit >= 15 and built == 3, hit     # the cases exercise the pass
 
 
@@ -297,9 +297,7 @@ def test_classifier_tail_pool_flatten_fully_connected():
     assert kept and all(k == [0, 3, 4, 7] for k in kept.values()), kept
     fc_node = next(n for n in c.graph.nodes if n.op_type == "com.microsoft.QGemm")
     assert c.graph.tensors[fc_node.inputs[3]].shape == (4, 3)
-    g = c.graph
-    exe = host.build(c.header, c.prefix, [g.tensors[n].nbytes for n in g.inputs],
-                     [g.tensors[n].nbytes for n in g.outputs])
+    exe = _host(c)
     seen = set()
     for _ in range(6):
         f = {"x": rng.integers(-128, 128, (1, 8, 5, 5)).astype(np.int8)}
