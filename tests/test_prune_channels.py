@@ -111,9 +111,9 @@ def test_constant_off_the_zero_point_through_a_padded_depthwise_stays():
     c = compile_model(model)
     assert 2 in _kept(c, "y1_nhwc")
     f = _feeds(rng, 1)[0]
-    want = reference.run(compile_model(model, prune=False).graph, f)["y"]
-    # the border outputs really depend on channel 2: the dense layer's border differs from its interior
     d = compile_model(model, prune=False)
+    want = reference.run(d.graph, f)["y"]
+    # the border outputs really depend on channel 2: the dense layer's border differs from its interior
     ch2 = reference.run(d.graph, f, all_tensors=True)["y2_nhwc"][0, :, :, 2]    # NHWC
     assert ch2[0, 0] != ch2[2, 2]
     assert_exact(reference.run(c.graph, f)["y"], want, "pruned vs dense")

@@ -35,10 +35,13 @@ row whose last live input was a removed constant becomes constant itself).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .. import ops
 from ..ir import Graph, Node
+from ..ops.qgemm import check_acc
 
 QCONV = ("QLinearConv", "com.microsoft.QLinearConv")
 # channel counts kept a multiple of this where they were one (the DSP depthwise kernels need C % 4 == 0;
@@ -105,10 +108,8 @@ class _Conv:
         if self.p.bias is not None:
             acc = acc + self.p.bias[cand].reshape(1, -1, 1, 1)
         rq = self.p.rq
-        sub = type(rq)(rq.mode, rq.dtype, rq.zp, rq.lo, rq.hi,
-                       None if rq.mult is None else _pick(rq.mult, cand),
-                       None if rq.shift is None else _pick(rq.shift, cand),
-                       None if rq.scale is None else _pick(rq.scale, cand))
+        sub = dataclasses.replace(rq, **{k: _pick(getattr(rq, k), cand) for k in ("mult", "shift", "scale")
+                                         if getattr(rq, k) is not None})
         y = sub.apply(acc, (1, -1, 1, 1))
         out = {}
         for i, m in enumerate(cand):
@@ -180,8 +181,9 @@ class _Gemm:
         self.bq = b - self.p.b_zp[None, :]
 
 
-def _gemm(g: Graph, n: Node, t: str):
-    if n.op_type != "com.microsoft.QGemm" or n.inputs[0] != t or t in n.inputs[1:]:
+def _gemm(g: Graph, n: Node):
+    t = n.inputs[0] if n.inputs else ""
+    if n.op_type != "com.microsoft.QGemm" or not t or t in n.inputs[1:]:
         return None
     ins = _ins(g, n)
     if ins[3] is None or not ins[3].is_const or (len(ins) > 6 and ins[6] is not None and not ins[6].is_const):
@@ -215,7 +217,7 @@ def _once(g: Graph) -> bool:
     users = g.consumers()
     convs = {n.name: _Conv(g, n) for n in g.nodes if _plain(g, n)}
     links = [n for n in g.nodes if _chanwise(g, n, convs)]
-    gemms = {n.name: gm for n in g.nodes if n.inputs and n.inputs[0] and (gm := _gemm(g, n, n.inputs[0]))}
+    gemms = {n.name: gm for n in g.nodes if (gm := _gemm(g, n))}
     # forward: constant channels of every plain conv's and channel-wise node's output
     const: dict[str, dict[int, int]] = {}
     for n in g.nodes:
@@ -332,23 +334,33 @@ def _removable(g, tensors, convs, gemms, links, prods, users, const, fixed) -> l
     return drop[extra:]
 
 
+def _folded(n: Node, bias: np.ndarray, per: np.ndarray, keep: np.ndarray, cst: dict[int, int],
+            zp: int) -> np.ndarray:
+    """bias plus the share of the dropped input channels (not in keep) that
+    the weights read: constants, so (v - zp) * per[c] (per[c]: the weights
+    of input channel c summed over the taps, one value per output), in int64;
+    refused as the layer itself would refuse an accumulator beyond int32."""
+    out = np.asarray(bias, np.int64).copy()
+    kept = set(keep.tolist())
+    for c in range(per.shape[0]):
+        if c not in kept and per[c].any():
+            out += (cst[c] - zp) * per[c]
+    check_acc(n, int(np.abs(out).max()) if out.size else 0, "bias with constant input channels folded in: ")
+    return out
+
+
 def _rewrite_gemm(g: Graph, gm: _Gemm, keep: np.ndarray, cst: dict[int, int]) -> None:
     """Keep rows `keep` of the QGemm's K; the dropped ones it reads are
     constants: (v - a_zp) * (B row - b_zp) goes into C."""
     n, p = gm.node, gm.p
-    add = np.zeros(p.n, np.int64)
-    for c in range(p.kk):
-        if c not in set(keep.tolist()) and gm.bq[c].any():
-            add += (cst[c] - p.a_zp) * gm.bq[c]
     b = np.asarray(g.tensors[n.inputs[3]].data)
     _new(g, n, 3, b[:, keep] if p.tb else b[keep], g.tensors[n.inputs[3]].dtype)
     c_t = g.tensors[n.inputs[6]] if len(n.inputs) > 6 and n.inputs[6] else None
-    if add.any():
-        cur = np.asarray(c_t.data, np.int64) if c_t is not None else np.zeros(p.n, np.int64)
-        new = cur + add.reshape((1,) * (cur.ndim - 1) + (-1,)) if cur.ndim else cur + add
-        if np.any(np.abs(new) > 2**31 - 1):
-            raise AssertionError(f"{n.name}: folded bias leaves int32")
-        _new(g, n, 6, new, "int32")
+    cur = np.asarray(c_t.data, np.int64) if c_t is not None else np.zeros(p.n, np.int64)
+    base = np.broadcast_to(cur.reshape(-1), (p.n,))     # C: a scalar, [N] or [1, N] (A has one row)
+    new = _folded(n, base, gm.bq, keep, cst, p.a_zp)
+    if not np.array_equal(new, base):
+        _new(g, n, 6, new.reshape(cur.shape) if cur.size == p.n else new, "int32")
 
 
 def _new(g: Graph, n: Node, i: int, data: np.ndarray, dtype: str) -> None:
@@ -369,11 +381,7 @@ def _rewrite(g: Graph, cv: _Conv, rows, cols) -> None:
     bias = cv.p.bias.copy() if cv.p.bias is not None else np.zeros(cv.m, np.int64)
     if cols is not None:
         keep, cst = cols
-        kept = set(keep.tolist())
-        for c in range(cv.c):
-            col = cv.wq[:, c].reshape(cv.m, -1).sum(axis=1)
-            if c not in kept and col.any():
-                bias += (cst[c] - cv.p.x_zp) * col
+        bias = _folded(n, bias, cv.wq.sum(axis=(2, 3)).T, keep, cst, cv.p.x_zp)
         w = w[:, keep]
     _new(g, n, 3, w[rows], g.tensors[n.inputs[3]].dtype)
     for i in (4, 5):
@@ -381,8 +389,6 @@ def _rewrite(g: Graph, cv: _Conv, rows, cols) -> None:
         if t is not None and t.data is not None and np.asarray(t.data).size > 1:
             _new(g, n, i, np.asarray(t.data).reshape(-1)[rows], t.dtype)
     bias = bias[rows]
-    if np.any(np.abs(bias) > 2**31 - 1):
-        raise AssertionError(f"{n.name}: folded bias leaves int32")
     if cv.p.bias is not None or bias.any():
         _new(g, n, 8, bias, "int32")
     if cv.dw:
